@@ -1,0 +1,163 @@
+"""Tile, warp and pipelining choices per GPU architecture, with an environment override.
+
+The launcher asks `select_config(arch, ...)` once per call. The choice depends only on the architecture, the padded
+head sizes, the query/KV dtypes and whether the batch is decode-shaped (a bucket of `max_seqlen_q`), never on exact
+lengths, so changing lengths or batch size never triggers a recompile.
+
+Override: `TRITONFA_CONFIG` holds JSON (or a path to a JSON file), either one flat dict of fields applied to every
+call, e.g. `{"block_m": 64, "num_stages": 2}`, or a dict keyed by architecture name with such dicts as values.
+`TRITONFA_ARCH` forces the detected architecture (tests use it to exercise ROCm paths on the CPU).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import os
+
+import torch
+
+ARCHS = ("hopper", "ampere", "blackwell", "cdna3", "cdna4", "rdna", "interpreter")
+
+# Decode-shaped batches (every sequence has at most this many new queries) pack the query heads of one KV head into
+# the rows of a tile, so each K/V tile is read once per KV head instead of once per query head.
+DECODE_MAX_SEQLEN_Q = 16
+
+
+@dataclasses.dataclass(frozen=True)
+class AttentionConfig:
+    block_m: int  # rows of a query tile (query tokens x packed heads)
+    block_n: int  # keys per inner-loop step
+    num_warps: int
+    num_stages: int
+    pack_gqa: bool = False  # put the GROUP query heads of a KV head into one tile's rows
+    waves_per_eu: int = 0  # AMD only: occupancy hint, 0 = compiler default
+
+    def launch_options(self, arch: str) -> dict:
+        options = {"num_warps": self.num_warps, "num_stages": self.num_stages}
+        if arch in ("cdna3", "cdna4", "rdna") and self.waves_per_eu:
+            options["waves_per_eu"] = self.waves_per_eu
+        return options
+
+
+def detect_arch(device: torch.device) -> str:
+    """Architecture family of `device`; `TRITONFA_ARCH` overrides it."""
+    forced = os.environ.get("TRITONFA_ARCH")
+    if forced:
+        if forced not in ARCHS:
+            raise ValueError(f"TRITONFA_ARCH must be one of {ARCHS}, got {forced!r}")
+        return forced
+    if device.type != "cuda":
+        return "interpreter"
+    return _detect_cuda_arch(device.index if device.index is not None else torch.cuda.current_device())
+
+
+@functools.lru_cache(maxsize=None)
+def _detect_cuda_arch(index: int) -> str:
+    props = torch.cuda.get_device_properties(index)
+    if torch.version.hip:
+        gcn = getattr(props, "gcnArchName", "").split(":")[0]
+        if gcn.startswith("gfx94"):
+            return "cdna3"
+        if gcn.startswith("gfx95"):
+            return "cdna4"
+        return "rdna" if gcn.startswith(("gfx11", "gfx12")) else "cdna3"
+    if props.major == 9:
+        return "hopper"
+    if props.major >= 10:
+        return "blackwell"
+    return "ampere"
+
+
+def native_fp8_dot(arch: str, dtype: torch.dtype) -> bool:
+    """Whether `tl.dot` on two tensors of fp8 `dtype` runs natively on `arch` (else operands are upcast)."""
+    nvidia_like = (torch.float8_e4m3fn, torch.float8_e5m2)
+    if arch in ("hopper", "blackwell"):
+        return dtype in nvidia_like
+    if arch == "cdna3":
+        return dtype in (torch.float8_e4m3fnuz, torch.float8_e5m2fnuz)
+    if arch == "cdna4":
+        return dtype in nvidia_like
+    if arch == "interpreter":
+        return True
+    return False
+
+
+# (arch, decode) -> {padded head size upper bound: config}; the first bound >= the padded head size wins.
+_TABLE: dict[tuple[str, bool], dict[int, AttentionConfig]] = {
+    ("hopper", False): {
+        64: AttentionConfig(128, 128, 4, 3),
+        128: AttentionConfig(128, 64, 8, 3),
+        256: AttentionConfig(128, 64, 8, 2),
+    },
+    ("hopper", True): {
+        128: AttentionConfig(16, 64, 4, 3, pack_gqa=True),
+        256: AttentionConfig(16, 64, 4, 2, pack_gqa=True),
+    },
+    ("blackwell", False): {
+        128: AttentionConfig(128, 64, 8, 3),
+        256: AttentionConfig(128, 64, 8, 2),
+    },
+    ("blackwell", True): {256: AttentionConfig(16, 64, 4, 2, pack_gqa=True)},
+    ("ampere", False): {
+        64: AttentionConfig(128, 64, 4, 3),
+        128: AttentionConfig(128, 64, 4, 2),
+        256: AttentionConfig(64, 32, 4, 2),
+    },
+    ("ampere", True): {256: AttentionConfig(16, 64, 4, 2, pack_gqa=True)},
+    ("cdna3", False): {
+        128: AttentionConfig(128, 64, 4, 1, waves_per_eu=2),
+        256: AttentionConfig(64, 64, 4, 1, waves_per_eu=1),
+    },
+    ("cdna3", True): {256: AttentionConfig(16, 64, 4, 1, pack_gqa=True, waves_per_eu=2)},
+    ("cdna4", False): {
+        128: AttentionConfig(128, 64, 4, 1, waves_per_eu=2),
+        256: AttentionConfig(64, 64, 4, 1, waves_per_eu=1),
+    },
+    ("cdna4", True): {256: AttentionConfig(16, 64, 4, 1, pack_gqa=True, waves_per_eu=2)},
+    ("rdna", False): {256: AttentionConfig(64, 32, 4, 1)},
+    ("rdna", True): {256: AttentionConfig(16, 32, 4, 1, pack_gqa=True)},
+    # The interpreter runs tiles as numpy arrays: big tiles mean fewer Python-level steps.
+    ("interpreter", False): {256: AttentionConfig(64, 64, 4, 1)},
+    ("interpreter", True): {256: AttentionConfig(16, 64, 4, 1, pack_gqa=True)},
+}
+
+
+def select_config(arch: str, block_d: int, max_seqlen_q: int) -> AttentionConfig:
+    decode = max_seqlen_q <= DECODE_MAX_SEQLEN_Q
+    by_head_size = _TABLE[(arch, decode)]
+    bound = next((b for b in sorted(by_head_size) if b >= block_d), max(by_head_size))
+    return _apply_override(arch, by_head_size[bound])
+
+
+def all_configs(arch: str) -> list[AttentionConfig]:
+    """Every config the dispatcher can pick on `arch` (for cross-compilation checks)."""
+    configs = [c for (a, _), table in _TABLE.items() if a == arch for c in table.values()]
+    return [_apply_override(arch, c) for c in configs]
+
+
+def _apply_override(arch: str, config: AttentionConfig) -> AttentionConfig:
+    raw = os.environ.get("TRITONFA_CONFIG")
+    if not raw:
+        return config
+    override = _parse_override(raw)
+    if any(isinstance(v, dict) for v in override.values()):
+        override = override.get(arch, {})
+    fields = {f.name for f in dataclasses.fields(AttentionConfig)}
+    unknown = set(override) - fields
+    if unknown:
+        raise ValueError(f"TRITONFA_CONFIG has unknown fields {sorted(unknown)}; known: {sorted(fields)}")
+    return dataclasses.replace(config, **override)
+
+
+@functools.lru_cache(maxsize=8)
+def _parse_override(raw: str) -> dict:
+    text = raw
+    if not raw.lstrip().startswith("{"):
+        with open(raw) as f:
+            text = f.read()
+    parsed = json.loads(text)
+    if not isinstance(parsed, dict):
+        raise ValueError("TRITONFA_CONFIG must be a JSON object")
+    return parsed

@@ -1,0 +1,549 @@
+"""Flash-attention forward: one Triton kernel for varlen and paged KV, GQA, fp8, masks and biases.
+
+Grid: (query tiles over the whole batch, KV heads x head chunks). Query tiles are laid out per sequence as
+`cu_seqlens_q[b] // TOKENS_PER_TILE + b` (an upper bound on the tiles before sequence b), so the grid size
+`total_q // TOKENS_PER_TILE + batch` is known on the host without reading any lengths; each program finds its
+sequence by binary search over `cu_seqlens_q` and exits if its tile lies past the sequence's end.
+
+A tile's BLOCK_M rows are (query token, query head) pairs: row r is token r // H_PACK and head r % H_PACK of the
+program's head chunk. With H_PACK = 1 a tile is one head's BLOCK_M tokens (prefill); with H_PACK = GROUP the query
+heads sharing a KV head share every K/V tile load (decode).
+
+The KV loop runs in three ranges: masked blocks at the start of the window, unmasked interior blocks, masked
+blocks at the end (causal diagonal, window edge, sequence end), so the interior pays for no masking.
+
+Scores are kept in the log2 domain (exp2 with log2(e) folded into the scale). When V is fp8, P is multiplied by
+P_SCALE (a power of two, see `tritonfa.fp8.p_scale`), cast to V's fp8 type for the PV dot and the accumulator is
+divided by P_SCALE at the end.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from tritonfa.configs import detect_arch, native_fp8_dot, select_config
+from tritonfa.fp8 import FP8_DTYPES, fp8_max, is_fp8, p_scale
+
+LOG2E = tl.constexpr(1.4426950408889634)
+LN2 = tl.constexpr(0.6931471805599453)
+
+
+@triton.jit
+def _find_sequence(cu_seqlens_q_ptr, tile_id, num_seqs, TOKENS_PER_TILE: tl.constexpr):
+    # Largest b with cu_seqlens_q[b] // TOKENS_PER_TILE + b <= tile_id.
+    lo = num_seqs * 0
+    hi = num_seqs
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        mid_start = tl.load(cu_seqlens_q_ptr + mid) // TOKENS_PER_TILE + mid
+        lo = tl.where(mid_start <= tile_id, mid, lo)
+        hi = tl.where(mid_start <= tile_id, hi, mid)
+    return lo
+
+
+@triton.jit
+def _tanh(x):
+    # tanh without libdevice (portable to the interpreter and HIP); saturates correctly at +-inf.
+    return 1.0 - 2.0 / (tl.exp2(x * (2.0 * LOG2E)) + 1.0)
+
+
+@triton.jit
+def _attend_kv_range(
+    acc,
+    l_i,
+    m_i,
+    q,
+    kv_start,
+    kv_end,
+    k_ptr,
+    v_ptr,
+    block_table_ptr,
+    bias_ptr,
+    kv_head,
+    seq_k_start,
+    seq_k_len,
+    block_size,
+    q_idx,
+    row_valid,
+    head_of_row,
+    alibi_slope_log2,
+    qk_scale,
+    softcap,
+    diagonal,
+    window_left,
+    window_right,
+    stride_k_block,
+    stride_k_tok,
+    stride_k_head,
+    stride_k_dim,
+    stride_v_block,
+    stride_v_tok,
+    stride_v_head,
+    stride_v_dim,
+    stride_bias_head,
+    stride_bias_q,
+    stride_bias_k,
+    HEAD_DIM: tl.constexpr,
+    HEAD_DIM_V: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    BLOCK_DV: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    MASKED: tl.constexpr,
+    PAGED: tl.constexpr,
+    USE_WINDOW: tl.constexpr,
+    HAS_SOFTCAP: tl.constexpr,
+    HAS_ALIBI: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    QK_DTYPE: tl.constexpr,
+    PV_DTYPE: tl.constexpr,
+    V_IS_FP8: tl.constexpr,
+    P_SCALE: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
+):
+    o_d = tl.arange(0, BLOCK_D)
+    o_dv = tl.arange(0, BLOCK_DV)
+    m_d = o_d < HEAD_DIM
+    m_dv = o_dv < HEAD_DIM_V
+    for start in range(kv_start, kv_end, BLOCK_N):
+        i_k = start + tl.arange(0, BLOCK_N)  # [BN] key positions within the sequence
+        m_k = i_k < seq_k_len
+        if PAGED:
+            i_block = tl.load(block_table_ptr + i_k // block_size, mask=m_k, other=0).to(tl.int64)
+            i_in_block = (i_k % block_size).to(tl.int64)
+            o_k_row = i_block * stride_k_block + i_in_block * stride_k_tok
+            o_v_row = i_block * stride_v_block + i_in_block * stride_v_tok
+        else:
+            i_row = (seq_k_start + i_k).to(tl.int64)
+            o_k_row = i_row * stride_k_tok
+            o_v_row = i_row * stride_v_tok
+        p_k = k_ptr + kv_head * stride_k_head + o_k_row[None, :] + o_d[:, None] * stride_k_dim  # [BD, BN]
+        p_v = v_ptr + kv_head * stride_v_head + o_v_row[:, None] + o_dv[None, :] * stride_v_dim  # [BN, BDV]
+        if MASKED:
+            b_k = tl.load(p_k, mask=m_d[:, None] & m_k[None, :], other=0.0)
+            b_v = tl.load(p_v, mask=m_k[:, None] & m_dv[None, :], other=0.0)
+        else:
+            b_k = tl.load(p_k, mask=m_d[:, None], other=0.0)
+            b_v = tl.load(p_v, mask=m_dv[None, :], other=0.0)
+
+        b_s = tl.dot(q, b_k.to(QK_DTYPE), input_precision=DOT_PRECISION)  # [BM, BN]
+        if HAS_SOFTCAP:
+            b_s = softcap * _tanh(b_s * (qk_scale / softcap)) * LOG2E
+        else:
+            b_s = b_s * (qk_scale * LOG2E)
+        if HAS_ALIBI:
+            distance = tl.abs(q_idx[:, None] + diagonal - i_k[None, :]).to(tl.float32)
+            b_s -= alibi_slope_log2[:, None] * distance
+        if HAS_BIAS:
+            p_bias = (
+                bias_ptr
+                + head_of_row[:, None].to(tl.int64) * stride_bias_head
+                + q_idx[:, None].to(tl.int64) * stride_bias_q
+                + i_k[None, :].to(tl.int64) * stride_bias_k
+            )
+            b_bias = tl.load(p_bias, mask=row_valid[:, None] & m_k[None, :], other=0.0)
+            b_s += b_bias.to(tl.float32) * LOG2E
+        if MASKED:
+            visible = m_k[None, :]
+            if USE_WINDOW:
+                relative = i_k[None, :] - (q_idx[:, None] + diagonal)  # [BM, BN] key minus aligned query
+                visible = visible & (relative <= window_right) & (relative >= -window_left)
+            b_s = tl.where(visible, b_s, float("-inf"))
+
+        m_new = tl.maximum(m_i, tl.max(b_s, 1))
+        # A row that has seen no key yet has m = -inf; subtracting 0 instead keeps exp2 free of inf - inf.
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+        alpha = tl.exp2(m_i - m_safe)
+        b_p = tl.exp2(b_s - m_safe[:, None])  # [BM, BN]
+        l_i = l_i * alpha + tl.sum(b_p, 1)
+        acc = acc * alpha[:, None]
+        if V_IS_FP8:
+            b_p_low = (b_p * P_SCALE).to(b_v.dtype).to(PV_DTYPE)
+        else:
+            b_p_low = b_p.to(PV_DTYPE)
+        acc = tl.dot(b_p_low, b_v.to(PV_DTYPE), acc, input_precision=DOT_PRECISION)
+        m_i = m_new
+    return acc, l_i, m_i
+
+
+@triton.jit(
+    do_not_specialize=[
+        "num_seqs",
+        "softmax_scale",
+        "softcap",
+        "window_left",
+        "window_right",
+        "block_size",
+        "stride_bt_seq",
+        "stride_bias_batch",
+        "stride_bias_head",
+        "stride_bias_q",
+        "stride_bias_k",
+        "stride_lse_head",
+    ]
+)
+def attention_fwd_kernel(
+    q_ptr,  # [total_q, Hq, D]
+    k_ptr,  # [total_k, Hk, D] or paged [num_blocks, block_size, Hk, D]
+    v_ptr,  # [total_k, Hk, Dv] or paged [num_blocks, block_size, Hk, Dv]
+    out_ptr,  # [total_q, Hq, Dv]
+    lse_ptr,  # [Hq, total_q] fp32
+    cu_seqlens_q_ptr,  # [batch + 1] int32
+    cu_seqlens_k_ptr,  # [batch + 1] int32 (contiguous KV)
+    seqused_k_ptr,  # [batch] int32
+    block_table_ptr,  # [batch, max_blocks] int32
+    alibi_ptr,  # [batch | broadcast, Hq] fp32
+    bias_ptr,  # [batch | 1, Hq | 1, max_seqlen_q, max_seqlen_k]
+    sink_ptr,  # [Hq] fp32
+    q_descale_ptr,  # [batch | broadcast, Hk | broadcast] fp32, likewise k and v
+    k_descale_ptr,
+    v_descale_ptr,
+    out_scale_ptr,  # [] fp32
+    num_seqs,
+    softmax_scale,
+    softcap,
+    window_left,
+    window_right,
+    block_size,
+    stride_q_tok,
+    stride_q_head,
+    stride_q_dim,
+    stride_k_block,
+    stride_k_tok,
+    stride_k_head,
+    stride_k_dim,
+    stride_v_block,
+    stride_v_tok,
+    stride_v_head,
+    stride_v_dim,
+    stride_o_tok,
+    stride_o_head,
+    stride_o_dim,
+    stride_lse_head,
+    stride_bt_seq,
+    stride_alibi_seq,
+    stride_bias_batch,
+    stride_bias_head,
+    stride_bias_q,
+    stride_bias_k,
+    stride_qdesc_seq,
+    stride_qdesc_head,
+    stride_kdesc_seq,
+    stride_kdesc_head,
+    stride_vdesc_seq,
+    stride_vdesc_head,
+    GROUP: tl.constexpr,  # query heads per KV head
+    H_PACK: tl.constexpr,  # query heads per tile (1 or GROUP-like)
+    HEAD_CHUNKS: tl.constexpr,  # cdiv(GROUP, H_PACK)
+    HEAD_DIM: tl.constexpr,
+    HEAD_DIM_V: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    BLOCK_DV: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    PAGED: tl.constexpr,
+    HAS_SEQUSED: tl.constexpr,
+    USE_WINDOW: tl.constexpr,
+    HAS_SOFTCAP: tl.constexpr,
+    HAS_ALIBI: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    HAS_SINK: tl.constexpr,
+    HAS_Q_DESCALE: tl.constexpr,
+    HAS_K_DESCALE: tl.constexpr,
+    HAS_V_DESCALE: tl.constexpr,
+    HAS_OUT_SCALE: tl.constexpr,
+    RETURN_LSE: tl.constexpr,
+    QK_DTYPE: tl.constexpr,
+    PV_DTYPE: tl.constexpr,
+    V_IS_FP8: tl.constexpr,
+    P_SCALE: tl.constexpr,
+    OUT_MAX: tl.constexpr,  # fp8 output clamp; 0 = no clamp
+    DOT_PRECISION: tl.constexpr,
+):
+    TOKENS_PER_TILE: tl.constexpr = BLOCK_M // H_PACK
+    tile_id = tl.program_id(0)
+    i_hc = tl.program_id(1)
+    kv_head = i_hc // HEAD_CHUNKS
+    head_chunk = i_hc % HEAD_CHUNKS
+
+    seq = _find_sequence(cu_seqlens_q_ptr, tile_id, num_seqs, TOKENS_PER_TILE)
+    seq_q_start = tl.load(cu_seqlens_q_ptr + seq)
+    seq_q_len = tl.load(cu_seqlens_q_ptr + seq + 1) - seq_q_start
+    q_tile_start = (tile_id - (seq_q_start // TOKENS_PER_TILE + seq)) * TOKENS_PER_TILE
+    if q_tile_start >= seq_q_len:
+        return
+    if HAS_SEQUSED:
+        seq_k_len = tl.load(seqused_k_ptr + seq)
+    else:
+        seq_k_len = tl.load(cu_seqlens_k_ptr + seq + 1) - tl.load(cu_seqlens_k_ptr + seq)
+    if PAGED:
+        seq_k_start = 0
+    else:
+        seq_k_start = tl.load(cu_seqlens_k_ptr + seq)
+
+    o_row = tl.arange(0, BLOCK_M)
+    o_d = tl.arange(0, BLOCK_D)
+    o_dv = tl.arange(0, BLOCK_DV)
+    head_in_group = head_chunk * H_PACK + o_row % H_PACK  # [BM]
+    q_idx = q_tile_start + o_row // H_PACK  # [BM] query position within the sequence
+    row_valid = (q_idx < seq_q_len) & (head_in_group < GROUP)
+    if TOKENS_PER_TILE * H_PACK != BLOCK_M:
+        row_valid = row_valid & (o_row < TOKENS_PER_TILE * H_PACK)
+    head_of_row = kv_head * GROUP + head_in_group  # [BM] query head
+    i_q_tok = (seq_q_start + q_idx).to(tl.int64)
+
+    p_q = q_ptr + i_q_tok[:, None] * stride_q_tok + head_of_row[:, None] * stride_q_head + o_d[None, :] * stride_q_dim
+    b_q = tl.load(p_q, mask=row_valid[:, None] & (o_d < HEAD_DIM)[None, :], other=0.0).to(QK_DTYPE)  # [BM, BD]
+
+    qk_scale = softmax_scale
+    if HAS_Q_DESCALE:
+        qk_scale *= tl.load(q_descale_ptr + seq * stride_qdesc_seq + kv_head * stride_qdesc_head)
+    if HAS_K_DESCALE:
+        qk_scale *= tl.load(k_descale_ptr + seq * stride_kdesc_seq + kv_head * stride_kdesc_head)
+    softcap_f32 = softcap
+
+    if HAS_ALIBI:
+        alibi_slope_log2 = (
+            tl.load(alibi_ptr + seq * stride_alibi_seq + head_of_row, mask=row_valid, other=0.0) * LOG2E
+        )
+    else:
+        alibi_slope_log2 = tl.zeros([BLOCK_M], dtype=tl.float32)
+
+    if HAS_SINK:
+        m_i = tl.load(sink_ptr + head_of_row, mask=row_valid, other=0.0).to(tl.float32) * LOG2E
+        l_i = tl.full([BLOCK_M], 1.0, dtype=tl.float32)
+    else:
+        m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+        l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_DV], dtype=tl.float32)
+
+    diagonal = seq_k_len - seq_q_len  # bottom-right alignment: query i lines up with key i + diagonal
+    q_first = q_tile_start
+    q_last = tl.minimum(q_tile_start + TOKENS_PER_TILE, seq_q_len) - 1
+    if USE_WINDOW:
+        kv_lo = tl.maximum(q_first + diagonal - window_left, 0)
+        kv_lo = (kv_lo // BLOCK_N) * BLOCK_N
+        kv_hi = tl.minimum(q_last + diagonal + window_right + 1, seq_k_len)
+        # Blocks in [full_lo, full_hi) are visible to every row of the tile.
+        full_lo = tl.maximum(q_last + diagonal - window_left, 0)
+        full_lo = ((full_lo + BLOCK_N - 1) // BLOCK_N) * BLOCK_N
+        full_hi = tl.minimum(q_first + diagonal + window_right + 1, seq_k_len)
+        full_hi = (full_hi // BLOCK_N) * BLOCK_N
+    else:
+        kv_lo = 0
+        kv_hi = seq_k_len
+        full_lo = 0
+        full_hi = (seq_k_len // BLOCK_N) * BLOCK_N
+    kv_hi = tl.maximum(kv_hi, kv_lo)
+    mid_lo = tl.minimum(tl.maximum(full_lo, kv_lo), kv_hi)
+    mid_hi = tl.minimum(tl.maximum(full_hi, mid_lo), kv_hi)
+
+    block_table_row = block_table_ptr + seq.to(tl.int64) * stride_bt_seq
+    bias_base = bias_ptr + seq.to(tl.int64) * stride_bias_batch
+    for part in tl.static_range(3):
+        range_lo = kv_lo if part == 0 else (mid_lo if part == 1 else mid_hi)
+        range_hi = mid_lo if part == 0 else (mid_hi if part == 1 else kv_hi)
+        acc, l_i, m_i = _attend_kv_range(
+            acc, l_i, m_i, b_q, range_lo, range_hi, k_ptr, v_ptr, block_table_row, bias_base, kv_head,
+            seq_k_start, seq_k_len, block_size, q_idx, row_valid, head_of_row, alibi_slope_log2, qk_scale,
+            softcap_f32, diagonal, window_left, window_right,
+            stride_k_block, stride_k_tok, stride_k_head, stride_k_dim,
+            stride_v_block, stride_v_tok, stride_v_head, stride_v_dim,
+            stride_bias_head, stride_bias_q, stride_bias_k,
+            HEAD_DIM, HEAD_DIM_V, BLOCK_D, BLOCK_DV, BLOCK_N, part != 1, PAGED, USE_WINDOW, HAS_SOFTCAP,
+            HAS_ALIBI, HAS_BIAS, QK_DTYPE, PV_DTYPE, V_IS_FP8, P_SCALE, DOT_PRECISION,
+        )  # fmt: skip
+
+    # Rows that saw no key (and no sink) have l = 0 and acc = 0: divide by 1 so they come out as 0, not NaN.
+    l_safe = tl.where(l_i == 0.0, 1.0, l_i)
+    out_factor = 1.0 / l_safe
+    if V_IS_FP8:
+        out_factor = out_factor * (1.0 / P_SCALE)
+    if HAS_V_DESCALE:
+        out_factor = out_factor * tl.load(v_descale_ptr + seq * stride_vdesc_seq + kv_head * stride_vdesc_head)
+    b_o = acc * out_factor[:, None]  # [BM, BDV]
+    if HAS_OUT_SCALE:
+        b_o = b_o / tl.load(out_scale_ptr)
+    if OUT_MAX > 0:
+        b_o = tl.minimum(tl.maximum(b_o, -OUT_MAX), OUT_MAX)
+    p_o = (
+        out_ptr + i_q_tok[:, None] * stride_o_tok + head_of_row[:, None] * stride_o_head + o_dv[None, :] * stride_o_dim
+    )
+    tl.store(p_o, b_o.to(out_ptr.dtype.element_ty), mask=row_valid[:, None] & (o_dv < HEAD_DIM_V)[None, :])
+    if RETURN_LSE:
+        lse = tl.where(l_i == 0.0, float("-inf"), (m_i + tl.log2(l_safe)) * LN2)
+        tl.store(lse_ptr + head_of_row.to(tl.int64) * stride_lse_head + i_q_tok, lse, mask=row_valid)
+
+
+def _dummy(reference: torch.Tensor) -> torch.Tensor:
+    # Stands in for absent optional tensors; never dereferenced (its HAS_* flag is off).
+    return reference
+
+
+def _descale_strides(descale: torch.Tensor | None) -> tuple[int, int]:
+    if descale is None or descale.dim() < 2:
+        return 0, 0  # a single value broadcast to every (sequence, KV head)
+    return descale.stride(0), descale.stride(1)
+
+
+def _next_pow2_at_least(value: int, floor: int) -> int:
+    return max(triton.next_power_of_2(value), floor)
+
+
+def _tl_dtype(dtype: torch.dtype) -> tl.dtype:
+    return _TORCH_TO_TL[dtype]
+
+
+_TORCH_TO_TL = {
+    torch.float16: tl.float16,
+    torch.bfloat16: tl.bfloat16,
+    torch.float32: tl.float32,
+    torch.float8_e4m3fn: tl.float8e4nv,
+    torch.float8_e5m2: tl.float8e5,
+    torch.float8_e4m3fnuz: tl.float8e4b8,
+    torch.float8_e5m2fnuz: tl.float8e5b16,
+}
+
+
+def _dot_dtypes(arch: str, q: torch.dtype, k: torch.dtype, v: torch.dtype) -> tuple[torch.dtype, torch.dtype]:
+    """dtypes the QK and PV dots run in."""
+
+    def common(a: torch.dtype, b: torch.dtype) -> torch.dtype:
+        if a == b and (not is_fp8(a) or native_fp8_dot(arch, a)):
+            return a
+        if torch.float32 in (a, b):
+            return torch.float32
+        sixteen = {a, b} - set(FP8_DTYPES)
+        if len(sixteen) == 1:
+            return sixteen.pop()  # fp8 with one 16-bit type: upcast the fp8 side
+        if len(sixteen) == 2:
+            return torch.float32  # fp16 with bf16
+        return torch.float16  # two fp8 types (or one without native dots): fp16 holds both exactly
+
+    qk = common(q, k)
+    pv = common(v, v) if is_fp8(v) else v  # P is rounded to V's fp8 type first, then the dot runs natively or fp16
+    return qk, pv
+
+
+def attention_forward(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    out: torch.Tensor,
+    lse: torch.Tensor | None,
+    cu_seqlens_q: torch.Tensor,
+    cu_seqlens_k: torch.Tensor | None,
+    seqused_k: torch.Tensor | None,
+    block_table: torch.Tensor | None,
+    alibi_slopes: torch.Tensor | None,
+    bias: torch.Tensor | None,
+    s_aux: torch.Tensor | None,
+    q_descale: torch.Tensor | None,
+    k_descale: torch.Tensor | None,
+    v_descale: torch.Tensor | None,
+    output_scale: torch.Tensor | None,
+    max_seqlen_q: int,
+    softmax_scale: float,
+    window_left: int,
+    window_right: int,
+    softcap: float,
+) -> None:
+    """Launch the forward kernel on validated arguments; writes `out` (and `lse` if given).
+
+    window_left / window_right are -1 for unbounded (causal has been folded into window_right = 0).
+    """
+    arch = detect_arch(q.device)
+    num_seqs = cu_seqlens_q.shape[0] - 1
+    total_q, num_q_heads, head_dim = q.shape
+    paged = block_table is not None
+    num_kv_heads = k.shape[-2]
+    head_dim_v = v.shape[-1]
+    group = num_q_heads // num_kv_heads
+
+    dot_floor = 32 if any(is_fp8(t.dtype) for t in (q, k, v)) else 16
+    block_d = _next_pow2_at_least(head_dim, dot_floor)
+    block_dv = _next_pow2_at_least(head_dim_v, dot_floor)
+    config = select_config(arch, max(block_d, block_dv), max_seqlen_q)
+    h_pack = min(group, config.block_m) if config.pack_gqa else 1
+    head_chunks = triton.cdiv(group, h_pack)
+    tokens_per_tile = config.block_m // h_pack
+    grid = (total_q // tokens_per_tile + num_seqs, num_kv_heads * head_chunks)
+
+    qk_dtype, pv_dtype = _dot_dtypes(arch, q.dtype, k.dtype, v.dtype)
+    out_max = fp8_max(out.dtype) if is_fp8(out.dtype) else 0.0
+    unbounded = 1 << 30  # farther than any position, so -1 windows need no special case in the kernel
+
+    if paged:
+        k_strides = (k.stride(0), k.stride(1), k.stride(2), k.stride(3))
+        v_strides = (v.stride(0), v.stride(1), v.stride(2), v.stride(3))
+        block_size = k.shape[1]
+    else:
+        k_strides = (0, k.stride(0), k.stride(1), k.stride(2))
+        v_strides = (0, v.stride(0), v.stride(1), v.stride(2))
+        block_size = 1
+    if bias is not None:
+        bias_strides = tuple(bias.stride(i) if bias.shape[i] > 1 else 0 for i in range(4))
+    else:
+        bias_strides = (0, 0, 0, 0)
+
+    attention_fwd_kernel[grid](
+        q, k, v, out,
+        lse if lse is not None else _dummy(q),
+        cu_seqlens_q,
+        cu_seqlens_k if cu_seqlens_k is not None else cu_seqlens_q,
+        seqused_k if seqused_k is not None else cu_seqlens_q,
+        block_table if block_table is not None else cu_seqlens_q,
+        alibi_slopes if alibi_slopes is not None else _dummy(q),
+        bias if bias is not None else _dummy(q),
+        s_aux if s_aux is not None else _dummy(q),
+        q_descale if q_descale is not None else _dummy(q),
+        k_descale if k_descale is not None else _dummy(q),
+        v_descale if v_descale is not None else _dummy(q),
+        output_scale if output_scale is not None else _dummy(q),
+        num_seqs,
+        float(softmax_scale),
+        float(softcap),
+        window_left if window_left >= 0 else unbounded,
+        window_right if window_right >= 0 else unbounded,
+        block_size,
+        q.stride(0), q.stride(1), q.stride(2),
+        *k_strides,
+        *v_strides,
+        out.stride(0), out.stride(1), out.stride(2),
+        lse.stride(0) if lse is not None else 0,
+        block_table.stride(0) if block_table is not None else 0,
+        alibi_slopes.stride(0) if alibi_slopes is not None and alibi_slopes.dim() == 2 else 0,
+        *bias_strides,
+        *_descale_strides(q_descale),
+        *_descale_strides(k_descale),
+        *_descale_strides(v_descale),
+        GROUP=group,
+        H_PACK=h_pack,
+        HEAD_CHUNKS=head_chunks,
+        HEAD_DIM=head_dim,
+        HEAD_DIM_V=head_dim_v,
+        BLOCK_D=block_d,
+        BLOCK_DV=block_dv,
+        BLOCK_M=config.block_m,
+        BLOCK_N=config.block_n,
+        PAGED=paged,
+        HAS_SEQUSED=seqused_k is not None,
+        USE_WINDOW=window_left >= 0 or window_right >= 0,
+        HAS_SOFTCAP=softcap > 0.0,
+        HAS_ALIBI=alibi_slopes is not None,
+        HAS_BIAS=bias is not None,
+        HAS_SINK=s_aux is not None,
+        HAS_Q_DESCALE=q_descale is not None,
+        HAS_K_DESCALE=k_descale is not None,
+        HAS_V_DESCALE=v_descale is not None,
+        HAS_OUT_SCALE=output_scale is not None,
+        RETURN_LSE=lse is not None,
+        QK_DTYPE=_tl_dtype(qk_dtype),
+        PV_DTYPE=_tl_dtype(pv_dtype),
+        V_IS_FP8=is_fp8(v.dtype),
+        P_SCALE=p_scale(v.dtype) if is_fp8(v.dtype) else 1.0,
+        OUT_MAX=out_max,
+        DOT_PRECISION="ieee" if torch.float32 in (qk_dtype, pv_dtype) else "tf32",
+        **config.launch_options(arch),
+    )  # fmt: skip
