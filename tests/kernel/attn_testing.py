@@ -1,0 +1,3 @@
+import os
+
+DEVICE = os.environ["TRITONFA_TEST_DEVICE"]
