@@ -131,10 +131,14 @@ def select_config(arch: str, block_d: int, max_seqlen_q: int) -> AttentionConfig
     return _apply_override(arch, by_head_size[bound])
 
 
-def all_configs(arch: str) -> list[AttentionConfig]:
-    """Every config the dispatcher can pick on `arch` (for cross-compilation checks)."""
-    configs = [c for (a, _), table in _TABLE.items() if a == arch for c in table.values()]
-    return [_apply_override(arch, c) for c in configs]
+def all_configs(arch: str) -> list[tuple[int, AttentionConfig]]:
+    """Every (largest padded head size, config) pair the dispatcher can pick on `arch` (for cross-compiling)."""
+    return [
+        (bound, _apply_override(arch, config))
+        for (table_arch, _), table in _TABLE.items()
+        if table_arch == arch
+        for bound, config in table.items()
+    ]
 
 
 def _apply_override(arch: str, config: AttentionConfig) -> AttentionConfig:
