@@ -207,8 +207,10 @@ def _patch_interpreter():
     def create_fp_to_fp(self, src, dst_type, rounding_mode):
         src_dtype, dst_dtype = src.dtype.scalar, dst_type.scalar
         convertible = _torch_dtype_of(src_dtype) is not None and _torch_dtype_of(dst_dtype) is not None
-        if convertible and rounding_mode != ir.ROUNDING_MODE.RTZ and (
-            _is_fp8_or_bf16(src_dtype) or _is_fp8_or_bf16(dst_dtype)
+        if (
+            convertible
+            and rounding_mode != ir.ROUNDING_MODE.RTZ
+            and (_is_fp8_or_bf16(src_dtype) or _is_fp8_or_bf16(dst_dtype))
         ):
             converted = _handle_to_torch(src).to(_torch_dtype_of(dst_dtype))
             return _torch_to_handle(converted, dst_dtype)

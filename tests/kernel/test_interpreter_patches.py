@@ -8,7 +8,6 @@ import pytest
 import torch
 import triton
 import triton.language as tl
-
 from attn_testing import DEVICE
 
 pytestmark = pytest.mark.skipif(DEVICE != "cpu", reason="interpreter-only workarounds")
