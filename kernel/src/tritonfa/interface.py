@@ -14,13 +14,13 @@ import torch
 
 from tritonfa.configs import detect_arch
 from tritonfa.fp8 import FP8_DTYPES, default_fp8_dtype, is_fp8
-from tritonfa.kernels.attention import attention_forward
+from tritonfa.kernels.attention import MAX_SPLITS, attention_forward
 
 MAX_HEAD_DIM = 256
 _FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, *FP8_DTYPES)
 
 # Arguments vLLM's flash_attn_varlen_func accepts that change nothing for a forward-only kernel.
-_IGNORED_KWARGS = ("deterministic", "fa_version", "scheduler_metadata", "num_splits", "cp_world_size", "cp_rank")
+_IGNORED_KWARGS = ("deterministic", "fa_version", "scheduler_metadata", "cp_world_size", "cp_rank")
 
 
 def _check_tensor(name: str, t: Any, *, dims: tuple[int, ...], dtypes: tuple[torch.dtype, ...], device) -> None:
@@ -90,6 +90,7 @@ def flash_attn_varlen_func(
     out: torch.Tensor | None = None,
     return_softmax_lse: bool = False,
     return_attn_probs: bool = False,
+    num_splits: int = 0,
     **ignored: Any,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Attention forward over a variable-length batch; keyword-compatible with vLLM's flash_attn_varlen_func.
@@ -151,6 +152,8 @@ def flash_attn_varlen_func(
         _check_tensor("seqused_k", seqused_k, dims=(1,), dtypes=(torch.int32,), device=device)
         if seqused_k.shape[0] != num_seqs:
             raise ValueError(f"seqused_k must have batch = {num_seqs} entries, got {seqused_k.shape[0]}")
+    if isinstance(num_splits, bool) or not isinstance(num_splits, int) or not 0 <= num_splits <= MAX_SPLITS:
+        raise ValueError(f"num_splits must be an int in [0, {MAX_SPLITS}] (0 = auto), got {num_splits!r}")
     for name, value in (("max_seqlen_q", max_seqlen_q), ("max_seqlen_k", max_seqlen_k)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise TypeError(f"{name} must be a non-negative int, got {value!r}")
@@ -196,8 +199,8 @@ def flash_attn_varlen_func(
 
     lse = varlen_fwd(
         q, k, v, out, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, alibi_slopes, bias, s_aux,
-        q_descale, k_descale, v_descale, output_scale, max_seqlen_q, float(softmax_scale), window_left,
-        window_right, float(softcap), return_softmax_lse,
+        q_descale, k_descale, v_descale, output_scale, max_seqlen_q, max_seqlen_k, float(softmax_scale),
+        window_left, window_right, float(softcap), int(num_splits), return_softmax_lse,
     )  # fmt: skip
     return (out, lse) if return_softmax_lse else out
 
@@ -220,10 +223,12 @@ def varlen_fwd(
     v_descale: torch.Tensor | None,
     output_scale: torch.Tensor | None,
     max_seqlen_q: int,
+    max_seqlen_k: int,
     softmax_scale: float,
     window_left: int,
     window_right: int,
     softcap: float,
+    num_splits: int,
     return_lse: bool,
 ) -> torch.Tensor:
     """Writes `out`; returns lse [Hq, total_q] fp32 (an empty tensor when return_lse is False)."""
@@ -234,8 +239,8 @@ def varlen_fwd(
         return lse
     attention_forward(
         q, k, v, out, lse if return_lse else None, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table,
-        alibi_slopes, bias, s_aux, q_descale, k_descale, v_descale, output_scale, max_seqlen_q, softmax_scale,
-        window_left, window_right, softcap,
+        alibi_slopes, bias, s_aux, q_descale, k_descale, v_descale, output_scale, max_seqlen_q, max_seqlen_k,
+        softmax_scale, window_left, window_right, softcap, num_splits,
     )  # fmt: skip
     return lse
 

@@ -19,15 +19,18 @@ divided by P_SCALE at the end.
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import triton
 import triton.language as tl
 
-from tritonfa.configs import detect_arch, native_fp8_dot, select_config
+from tritonfa.configs import DECODE_MAX_SEQLEN_Q, detect_arch, native_fp8_dot, select_config
 from tritonfa.fp8 import FP8_DTYPES, fp8_max, is_fp8, p_scale
 
 LOG2E = tl.constexpr(1.4426950408889634)
 LN2 = tl.constexpr(0.6931471805599453)
+MAX_SPLITS = 64
 
 
 @triton.jit
@@ -124,8 +127,15 @@ def _attend_kv_range(
             b_k = tl.load(p_k, mask=m_d[:, None] & m_k[None, :], other=0.0)
             b_v = tl.load(p_v, mask=m_k[:, None] & m_dv[None, :], other=0.0)
         else:
-            b_k = tl.load(p_k, mask=m_d[:, None], other=0.0)
-            b_v = tl.load(p_v, mask=m_dv[None, :], other=0.0)
+            # Interior blocks: every key exists; head dims are masked only when padded to a power of two.
+            if BLOCK_D == HEAD_DIM:
+                b_k = tl.load(p_k)
+            else:
+                b_k = tl.load(p_k, mask=m_d[:, None], other=0.0)
+            if BLOCK_DV == HEAD_DIM_V:
+                b_v = tl.load(p_v)
+            else:
+                b_v = tl.load(p_v, mask=m_dv[None, :], other=0.0)
 
         b_s = tl.dot(q, b_k.to(QK_DTYPE), input_precision=DOT_PRECISION)  # [BM, BN]
         if HAS_SOFTCAP:
@@ -181,6 +191,9 @@ def _attend_kv_range(
         "stride_bias_q",
         "stride_bias_k",
         "stride_lse_head",
+        "stride_split_out",
+        "stride_split_lse",
+        "stride_split_lse_head",
     ]
 )
 def attention_fwd_kernel(
@@ -200,6 +213,8 @@ def attention_fwd_kernel(
     k_descale_ptr,
     v_descale_ptr,
     out_scale_ptr,  # [] fp32
+    split_out_ptr,  # [num_splits, total_q, Hq, Dv] fp32 partial outputs (split-KV only)
+    split_lse_ptr,  # [num_splits, Hq, total_q] fp32 partial lse (split-KV only)
     num_seqs,
     softmax_scale,
     softcap,
@@ -233,6 +248,11 @@ def attention_fwd_kernel(
     stride_kdesc_head,
     stride_vdesc_seq,
     stride_vdesc_head,
+    stride_split_out,
+    stride_split_tok,
+    stride_split_head,
+    stride_split_lse,
+    stride_split_lse_head,
     GROUP: tl.constexpr,  # query heads per KV head
     H_PACK: tl.constexpr,  # query heads per tile (1 or GROUP-like)
     HEAD_CHUNKS: tl.constexpr,  # cdiv(GROUP, H_PACK)
@@ -260,6 +280,7 @@ def attention_fwd_kernel(
     P_SCALE: tl.constexpr,
     OUT_MAX: tl.constexpr,  # fp8 output clamp; 0 = no clamp
     DOT_PRECISION: tl.constexpr,
+    SPLIT_KV: tl.constexpr,  # program_id(2) picks a slice of the KV range; combine_splits_kernel merges
 ):
     TOKENS_PER_TILE: tl.constexpr = BLOCK_M // H_PACK
     tile_id = tl.program_id(0)
@@ -310,7 +331,7 @@ def attention_fwd_kernel(
     else:
         alibi_slope_log2 = tl.zeros([BLOCK_M], dtype=tl.float32)
 
-    if HAS_SINK:
+    if HAS_SINK and not SPLIT_KV:
         m_i = tl.load(sink_ptr + head_of_row, mask=row_valid, other=0.0).to(tl.float32) * LOG2E
         l_i = tl.full([BLOCK_M], 1.0, dtype=tl.float32)
     else:
@@ -336,6 +357,11 @@ def attention_fwd_kernel(
         full_lo = 0
         full_hi = (seq_k_len // BLOCK_N) * BLOCK_N
     kv_hi = tl.maximum(kv_hi, kv_lo)
+    if SPLIT_KV:
+        split = tl.program_id(2)
+        blocks_per_split = tl.cdiv(tl.cdiv(kv_hi - kv_lo, BLOCK_N), tl.num_programs(2))
+        kv_lo = tl.minimum(kv_lo + split * blocks_per_split * BLOCK_N, kv_hi)
+        kv_hi = tl.minimum(kv_lo + blocks_per_split * BLOCK_N, kv_hi)
     mid_lo = tl.minimum(tl.maximum(full_lo, kv_lo), kv_hi)
     mid_hi = tl.minimum(tl.maximum(full_hi, mid_lo), kv_hi)
 
@@ -363,18 +389,100 @@ def attention_fwd_kernel(
     if HAS_V_DESCALE:
         out_factor = out_factor * tl.load(v_descale_ptr + seq * stride_vdesc_seq + kv_head * stride_vdesc_head)
     b_o = acc * out_factor[:, None]  # [BM, BDV]
+    lse = tl.where(l_i == 0.0, float("-inf"), (m_i + tl.log2(l_safe)) * LN2)  # [BM]
+    m_o = row_valid[:, None] & (o_dv < HEAD_DIM_V)[None, :]
+    if SPLIT_KV:
+        i_split = tl.program_id(2).to(tl.int64)
+        p_so = (
+            split_out_ptr
+            + i_split * stride_split_out
+            + i_q_tok[:, None] * stride_split_tok
+            + head_of_row[:, None] * stride_split_head
+            + o_dv[None, :]
+        )
+        tl.store(p_so, b_o, mask=m_o)
+        p_slse = split_lse_ptr + i_split * stride_split_lse + head_of_row.to(tl.int64) * stride_split_lse_head + i_q_tok
+        tl.store(p_slse, lse, mask=row_valid)
+    else:
+        if HAS_OUT_SCALE:
+            b_o = b_o / tl.load(out_scale_ptr)
+        if OUT_MAX > 0:
+            b_o = tl.minimum(tl.maximum(b_o, -OUT_MAX), OUT_MAX)
+        p_o = (
+            out_ptr
+            + i_q_tok[:, None] * stride_o_tok
+            + head_of_row[:, None] * stride_o_head
+            + o_dv[None, :] * stride_o_dim
+        )
+        tl.store(p_o, b_o.to(out_ptr.dtype.element_ty), mask=m_o)
+        if RETURN_LSE:
+            tl.store(lse_ptr + head_of_row.to(tl.int64) * stride_lse_head + i_q_tok, lse, mask=row_valid)
+
+
+@triton.jit(do_not_specialize=["num_splits", "stride_split_out", "stride_split_lse", "stride_split_lse_head", "stride_lse_head"])
+def combine_splits_kernel(
+    split_out_ptr,  # [num_splits, total_q, Hq, Dv] fp32, laid out like out
+    split_lse_ptr,  # [num_splits, Hq, total_q] fp32
+    out_ptr,  # [total_q, Hq, Dv]
+    lse_ptr,  # [Hq, total_q] fp32
+    sink_ptr,  # [Hq]
+    out_scale_ptr,  # [] fp32
+    num_splits,
+    stride_split_out,
+    stride_split_tok,
+    stride_split_head,
+    stride_split_lse,
+    stride_split_lse_head,
+    stride_o_tok,
+    stride_o_head,
+    stride_o_dim,
+    stride_lse_head,
+    HEAD_DIM_V: tl.constexpr,
+    BLOCK_DV: tl.constexpr,
+    BLOCK_SPLITS: tl.constexpr,
+    HAS_SINK: tl.constexpr,
+    HAS_OUT_SCALE: tl.constexpr,
+    RETURN_LSE: tl.constexpr,
+    OUT_MAX: tl.constexpr,
+):
+    i_tok = tl.program_id(0).to(tl.int64)
+    i_head = tl.program_id(1)
+    o_split = tl.arange(0, BLOCK_SPLITS)
+    o_dv = tl.arange(0, BLOCK_DV)
+    m_split = o_split < num_splits
+    m_dv = o_dv < HEAD_DIM_V
+    b_lse = tl.load(
+        split_lse_ptr + o_split.to(tl.int64) * stride_split_lse + i_head * stride_split_lse_head + i_tok,
+        mask=m_split,
+        other=float("-inf"),
+    )  # [BS]
+    m = tl.max(b_lse, 0)
+    if HAS_SINK:
+        m = tl.maximum(m, tl.load(sink_ptr + i_head).to(tl.float32))
+    m_safe = tl.where(m == float("-inf"), 0.0, m)
+    weight = tl.exp(b_lse - m_safe)  # [BS]
+    denominator = tl.sum(weight, 0)
+    if HAS_SINK:
+        denominator += tl.exp(tl.load(sink_ptr + i_head).to(tl.float32) - m_safe)
+    p_so = (
+        split_out_ptr
+        + o_split.to(tl.int64)[:, None] * stride_split_out
+        + i_tok * stride_split_tok
+        + i_head * stride_split_head
+        + o_dv[None, :]
+    )
+    b_so = tl.load(p_so, mask=m_split[:, None] & m_dv[None, :], other=0.0)  # [BS, BDV]
+    safe_denominator = tl.where(denominator == 0.0, 1.0, denominator)
+    b_o = tl.sum(b_so * weight[:, None], 0) / safe_denominator  # [BDV]
     if HAS_OUT_SCALE:
         b_o = b_o / tl.load(out_scale_ptr)
     if OUT_MAX > 0:
         b_o = tl.minimum(tl.maximum(b_o, -OUT_MAX), OUT_MAX)
-    p_o = (
-        out_ptr + i_q_tok[:, None] * stride_o_tok + head_of_row[:, None] * stride_o_head + o_dv[None, :] * stride_o_dim
-    )
-    tl.store(p_o, b_o.to(out_ptr.dtype.element_ty), mask=row_valid[:, None] & (o_dv < HEAD_DIM_V)[None, :])
+    p_o = out_ptr + i_tok * stride_o_tok + i_head * stride_o_head + o_dv * stride_o_dim
+    tl.store(p_o, b_o.to(out_ptr.dtype.element_ty), mask=m_dv)
     if RETURN_LSE:
-        lse = tl.where(l_i == 0.0, float("-inf"), (m_i + tl.log2(l_safe)) * LN2)
-        tl.store(lse_ptr + head_of_row.to(tl.int64) * stride_lse_head + i_q_tok, lse, mask=row_valid)
-
+        lse = tl.where(denominator == 0.0, float("-inf"), m_safe + tl.log(safe_denominator))
+        tl.store(lse_ptr + i_head * stride_lse_head + i_tok, lse)
 
 def _dummy(reference: torch.Tensor) -> torch.Tensor:
     # Stands in for absent optional tensors; never dereferenced (its HAS_* flag is off).
@@ -444,14 +552,17 @@ def attention_forward(
     v_descale: torch.Tensor | None,
     output_scale: torch.Tensor | None,
     max_seqlen_q: int,
+    max_seqlen_k: int,
     softmax_scale: float,
     window_left: int,
     window_right: int,
     softcap: float,
+    num_splits: int = 0,
 ) -> None:
     """Launch the forward kernel on validated arguments; writes `out` (and `lse` if given).
 
     window_left / window_right are -1 for unbounded (causal has been folded into window_right = 0).
+    num_splits: KV splits per query tile (0 = chosen from the launch size, 1 = no split).
     """
     arch = detect_arch(q.device)
     num_seqs = cu_seqlens_q.shape[0] - 1
@@ -469,6 +580,15 @@ def attention_forward(
     head_chunks = triton.cdiv(group, h_pack)
     tokens_per_tile = config.block_m // h_pack
     grid = (total_q // tokens_per_tile + num_seqs, num_kv_heads * head_chunks)
+    if num_splits == 0:
+        num_splits = _auto_num_splits(q.device, config, num_seqs * grid[1], max_seqlen_q, max_seqlen_k)
+    split_kv = num_splits > 1
+    if split_kv:
+        grid = (*grid, num_splits)
+        split_out = torch.empty((num_splits, total_q, num_q_heads, head_dim_v), dtype=torch.float32, device=q.device)
+        split_lse = torch.empty((num_splits, num_q_heads, total_q), dtype=torch.float32, device=q.device)
+    else:
+        split_out = split_lse = _dummy(q)
 
     qk_dtype, pv_dtype = _dot_dtypes(arch, q.dtype, k.dtype, v.dtype)
     out_max = fp8_max(out.dtype) if is_fp8(out.dtype) else 0.0
@@ -501,6 +621,8 @@ def attention_forward(
         k_descale if k_descale is not None else _dummy(q),
         v_descale if v_descale is not None else _dummy(q),
         output_scale if output_scale is not None else _dummy(q),
+        split_out,
+        split_lse,
         num_seqs,
         float(softmax_scale),
         float(softcap),
@@ -518,6 +640,8 @@ def attention_forward(
         *_descale_strides(q_descale),
         *_descale_strides(k_descale),
         *_descale_strides(v_descale),
+        *(split_out.stride()[:3] if split_kv else (0, 0, 0)),
+        *(split_lse.stride()[:2] if split_kv else (0, 0)),
         GROUP=group,
         H_PACK=h_pack,
         HEAD_CHUNKS=head_chunks,
@@ -545,5 +669,45 @@ def attention_forward(
         P_SCALE=p_scale(v.dtype) if is_fp8(v.dtype) else 1.0,
         OUT_MAX=out_max,
         DOT_PRECISION="ieee" if torch.float32 in (qk_dtype, pv_dtype) else "tf32",
+        SPLIT_KV=split_kv,
         **config.launch_options(arch),
     )  # fmt: skip
+    if split_kv:
+        combine_splits_kernel[(total_q, num_q_heads)](
+            split_out, split_lse, out,
+            lse if lse is not None else _dummy(q),
+            s_aux if s_aux is not None else _dummy(q),
+            output_scale if output_scale is not None else _dummy(q),
+            num_splits,
+            split_out.stride(0), split_out.stride(1), split_out.stride(2),
+            split_lse.stride(0), split_lse.stride(1),
+            out.stride(0), out.stride(1), out.stride(2),
+            lse.stride(0) if lse is not None else 0,
+            HEAD_DIM_V=head_dim_v,
+            BLOCK_DV=triton.next_power_of_2(head_dim_v),
+            BLOCK_SPLITS=triton.next_power_of_2(num_splits),
+            HAS_SINK=s_aux is not None,
+            HAS_OUT_SCALE=output_scale is not None,
+            RETURN_LSE=lse is not None,
+            OUT_MAX=out_max,
+        )  # fmt: skip
+
+
+def _auto_num_splits(device: torch.device, config, programs: int, max_seqlen_q: int, max_seqlen_k: int) -> int:
+    """Split the KV range when a decode-shaped launch has too few programs to fill the GPU.
+
+    Uses host-side sizes only, rounded to a power of two so few combine variants get compiled.
+    """
+    if max_seqlen_q > DECODE_MAX_SEQLEN_Q:
+        return 1
+    target_programs = 2 * _multiprocessor_count(device)
+    min_keys_per_split = 4 * config.block_n
+    splits = min(triton.cdiv(target_programs, max(programs, 1)), max_seqlen_k // min_keys_per_split, MAX_SPLITS)
+    return triton.next_power_of_2(splits) if splits > 1 else 1
+
+
+@functools.lru_cache(maxsize=None)
+def _multiprocessor_count(device: torch.device) -> int:
+    if device.type != "cuda":
+        return 4  # the interpreter: small, so CPU tests exercise the split path
+    return torch.cuda.get_device_properties(device).multi_processor_count
