@@ -86,13 +86,14 @@ def native_fp8_dot(arch: str, dtype: torch.dtype) -> bool:
 
 # (arch, decode) -> {padded head size upper bound: config}; the first bound >= the padded head size wins.
 _TABLE: dict[tuple[str, bool], dict[int, AttentionConfig]] = {
+    # Hopper: chosen by the config sweep recorded in PERF_NOTES.md (H200, 2026-12-02).
     ("hopper", False): {
-        64: AttentionConfig(128, 128, 4, 3),
-        128: AttentionConfig(128, 64, 8, 3),
-        256: AttentionConfig(128, 64, 8, 2),
+        64: AttentionConfig(128, 64, 8, 3, pack_gqa=True),
+        128: AttentionConfig(128, 64, 8, 3, pack_gqa=True),
+        256: AttentionConfig(128, 64, 8, 2, pack_gqa=True),
     },
     ("hopper", True): {
-        128: AttentionConfig(16, 64, 4, 3, pack_gqa=True),
+        128: AttentionConfig(16, 128, 4, 4, pack_gqa=True),
         256: AttentionConfig(16, 64, 4, 2, pack_gqa=True),
     },
     ("blackwell", False): {

@@ -291,9 +291,12 @@ def attention_fwd_kernel(
     seq = _find_sequence(cu_seqlens_q_ptr, tile_id, num_seqs, TOKENS_PER_TILE)
     seq_q_start = tl.load(cu_seqlens_q_ptr + seq)
     seq_q_len = tl.load(cu_seqlens_q_ptr + seq + 1) - seq_q_start
-    q_tile_start = (tile_id - (seq_q_start // TOKENS_PER_TILE + seq)) * TOKENS_PER_TILE
-    if q_tile_start >= seq_q_len:
+    tiles_in_seq = tl.cdiv(seq_q_len, TOKENS_PER_TILE)
+    tile_in_seq = tile_id - (seq_q_start // TOKENS_PER_TILE + seq)
+    if tile_in_seq >= tiles_in_seq:
         return
+    # Last tiles first: under a causal mask they see the most keys, so the long programs start early.
+    q_tile_start = (tiles_in_seq - 1 - tile_in_seq) * TOKENS_PER_TILE
     if HAS_SEQUSED:
         seq_k_len = tl.load(seqused_k_ptr + seq)
     else:
