@@ -64,7 +64,7 @@ SIGNATURE = {"Q": "*bf16", "K": "*bf16", "V": "*bf16", "Out": "*bf16", "seqlen":
 
 
 def cross_compile_specs(arch: str) -> list[dict[str, Any]]:
-    amd = arch.startswith("gfx")
+    amd = arch in ("cdna3", "cdna4")  # called with tritonfa.configs' architecture families
     specs = []
     for bm, bn, warps, stages in [(64, 32, 4, 1 if amd else 2), (128, 64, 8, 2 if amd else 3)]:
         options: dict[str, Any] = {"num_warps": warps, "num_stages": stages}
