@@ -53,10 +53,22 @@ def pytest_configure(config):
     if DEVICE_ENV not in os.environ or config.getoption("device") != "auto":
         os.environ[DEVICE_ENV] = _resolve_device(config.getoption("device"))
 
+    if "PYTEST_XDIST_WORKER" in os.environ:
+        # workers share the cores already; torch's own threads would only oversubscribe them
+        torch.set_num_threads(1)
     if os.environ[DEVICE_ENV] == "cpu":
         # must happen before any module decorates a kernel with @triton.jit
         os.environ["TRITON_INTERPRET"] = "1"
         _patch_interpreter()
+
+
+def pytest_collection_modifyitems(config, items):
+    if current_device() == "cuda":
+        return
+    skip_gpu = pytest.mark.skip(reason="gpu test: too big for the interpreter (run with a GPU)")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip_gpu)
 
 
 def pytest_report_header(config):
