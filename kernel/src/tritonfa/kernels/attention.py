@@ -20,6 +20,7 @@ divided by P_SCALE at the end.
 from __future__ import annotations
 
 import functools
+import os
 
 import torch
 import triton
@@ -597,6 +598,8 @@ def attention_forward(
     out_max = fp8_max(out.dtype) if is_fp8(out.dtype) else 0.0
     unbounded = 1 << 30  # farther than any position, so -1 windows need no special case in the kernel
 
+    if _wants_key_major_v(arch, v, paged):
+        v = _key_major_copy(v)
     if paged:
         k_strides = (k.stride(0), k.stride(1), k.stride(2), k.stride(3))
         v_strides = (v.stride(0), v.stride(1), v.stride(2), v.stride(3))
@@ -694,6 +697,30 @@ def attention_forward(
             RETURN_LSE=lse is not None,
             OUT_MAX=out_max,
         )  # fmt: skip
+
+
+def _wants_key_major_v(arch: str, v: torch.Tensor, paged: bool) -> bool:
+    """fp8 wgmma on Hopper reads both operands K-major; for the PV dot that means V with keys contiguous.
+
+    Row-major V makes Triton transpose every V tile through shared memory inside the loop; one copy of V per call
+    is cheaper for prefill. `TRITONFA_FP8_V_TRANSPOSE=0` turns it off (for measurements).
+    """
+    if os.environ.get("TRITONFA_FP8_V_TRANSPOSE", "1") == "0":
+        return False
+    return is_fp8(v.dtype) and not paged and arch in ("hopper", "blackwell") and v.stride(0) != 1
+
+
+def _key_major_copy(v: torch.Tensor) -> torch.Tensor:
+    """The same [total_k, Hk, Dv] tensor, stored as [Hk, Dv, total_k padded to 16] (keys contiguous).
+
+    The padding keeps the Dv stride a multiple of 16 whatever total_k is, so the stride's alignment never
+    triggers a recompile.
+    """
+    total_k, num_heads, head_dim = v.shape
+    padded = triton.cdiv(total_k, 16) * 16
+    storage = torch.empty((num_heads, head_dim, padded), dtype=v.dtype, device=v.device)
+    storage[:, :, :total_k].copy_(v.permute(1, 2, 0))
+    return storage[:, :, :total_k].permute(2, 0, 1)
 
 
 def _auto_num_splits(device: torch.device, config, programs: int, max_seqlen_q: int, max_seqlen_k: int) -> int:
