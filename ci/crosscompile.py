@@ -181,13 +181,17 @@ def _fmt(v: Any) -> str:
 def print_report(results: list[Result], triton_version: str) -> None:
     w = max([len(r.name) for r in results] + [6])
     print(f"\ncross-compile report (triton {triton_version})")
-    print(f"{'config':<{w}}  {'target':<7} {'warps':>5} {'stages':>6} {'shared B':>9} {'limit B':>8} "
-          f"{'regs':>5} {'sgprs':>5} {'spills':>6} {'time s':>7}  status")
+    print(
+        f"{'config':<{w}}  {'target':<7} {'warps':>5} {'stages':>6} {'shared B':>9} {'limit B':>8} "
+        f"{'regs':>5} {'sgprs':>5} {'spills':>6} {'time s':>7}  status"
+    )
     for r in results:
         status = "ok" if r.ok else "FAIL"
-        print(f"{r.name:<{w}}  {r.arch:<7} {_fmt(r.num_warps):>5} {_fmt(r.num_stages):>6} {_fmt(r.shared):>9} "
-              f"{_fmt(r.shared_limit):>8} {_fmt(r.regs):>5} {_fmt(r.sgprs):>5} {_fmt(r.spills):>6} "
-              f"{r.seconds:>7.1f}  {status}")
+        print(
+            f"{r.name:<{w}}  {r.arch:<7} {_fmt(r.num_warps):>5} {_fmt(r.num_stages):>6} {_fmt(r.shared):>9} "
+            f"{_fmt(r.shared_limit):>8} {_fmt(r.regs):>5} {_fmt(r.sgprs):>5} {_fmt(r.spills):>6} "
+            f"{r.seconds:>7.1f}  {status}"
+        )
     for r in results:
         if not r.ok:
             print(f"\n--- FAIL {r.name} on {r.arch} ---\n{r.error}")

@@ -30,7 +30,7 @@ torch.version.cuda, '| device', torch.cuda.get_device_name(0) if ok else None); 
 fi
 
 case "$session" in
-  bench) set -- --json "artifacts/bench-$platform.json" "$@" ;;
+  bench) set -- --json "artifacts/bench-$platform.json" --png "artifacts/bench-$platform.png" "$@" ;;
   latency) set -- --json "artifacts/latency-$platform.json" "$@" ;;
 esac
 
