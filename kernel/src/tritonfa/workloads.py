@@ -98,12 +98,14 @@ class Workload:
         return kv + q + out
 
     def describe(self) -> str:
-        lengths = (
-            f"b{self.batch}x{self.seqlens_q[0]}"
-            if self.uniform and self.seqlens_q == self.seqlens_k
-            else f"{self.batch} seqs, q {min(self.seqlens_q)}..{self.max_seqlen_q}, "
-            f"k {min(self.seqlens_k)}..{self.max_seqlen_k}"
-        )
+        if self.uniform:
+            lq, lk = self.seqlens_q[0], self.seqlens_k[0]
+            lengths = f"b{self.batch}x{lq}" if lq == lk else f"b{self.batch}, q {lq}, k {lk}"
+        else:
+            lengths = (
+                f"{self.batch} seqs, q {min(self.seqlens_q)}..{self.max_seqlen_q}, "
+                f"k {min(self.seqlens_k)}..{self.max_seqlen_k}"
+            )
         layout = f"paged bs{self.block_size}" if self.paged else "contiguous"
         return (
             f"{lengths}, heads {self.num_q_heads}/{self.num_kv_heads}, D {self.head_dim}, "
