@@ -263,6 +263,10 @@ def assert_lse_close(lse: torch.Tensor, ref_lse: torch.Tensor, atol: float = 2e-
     )
 
 
+def max_abs(x: torch.Tensor) -> float:
+    return x.abs().max().item() if x.numel() else 0.0
+
+
 def rounding_floor(dtype: torch.dtype, magnitude: float) -> float:
     """Two units of rounding of `dtype` at `magnitude` (the error of just storing the result)."""
     if dtype in (torch.float32, torch.float64):
@@ -275,10 +279,10 @@ def assert_within_low_precision_error(
 ):
     """FA-style oracle: |kernel - ref| <= 2 |PyTorch low-precision reference - ref| + rounding floor (max norms)."""
     assert_written(out)
-    kernel_error = (out.double() - ref).abs().max().item()
-    reference_error = (low_precision_ref.double() - ref).abs().max().item()
+    kernel_error = max_abs(out.double() - ref)
+    reference_error = max_abs(low_precision_ref.double() - ref)
     if floor is None:
-        floor = rounding_floor(out.dtype, ref.abs().max().item())
+        floor = rounding_floor(out.dtype, max_abs(ref))
     bound = 2 * reference_error + floor
     assert kernel_error <= bound, (
         f"kernel error {kernel_error:.3g} > 2 x low-precision reference error {reference_error:.3g} + floor "
@@ -310,3 +314,36 @@ def check_against_reference(inputs: AttnInputs, atol: float, rtol: float, lse_at
     assert_close(out, ref, atol, rtol, msg)
     assert_lse_close(lse, ref_lse, lse_atol, msg)
     return out
+
+
+def check_low_precision(inputs: AttnInputs, **kwargs) -> torch.Tensor:
+    """FA-style oracle for fp8 inputs or outputs: the kernel's error against the float64 reference is bounded by
+    the error of the PyTorch low-precision reference (16-bit math, P through V's fp8 type). Returns the kernel out.
+    """
+    msg = describe_call(inputs, kwargs)
+    out, lse = run_kernel(inputs, return_softmax_lse=True, **kwargs)
+    ref, ref_lse = run_reference(inputs, return_softmax_lse=True, **kwargs)
+    emulate = inputs.q.dtype if not is_fp8(inputs.q.dtype) else (out.dtype if not is_fp8(out.dtype) else torch.bfloat16)
+    v_fp8 = inputs.v.dtype if is_fp8(inputs.v.dtype) else None
+    low_precision = run_reference(inputs, emulate_dtype=emulate, fp8_p_round_trip=v_fp8, **kwargs)
+    output_scale = kwargs.get("output_scale")
+    if output_scale is None:
+        assert_within_low_precision_error(out, ref, low_precision, msg)
+    else:
+        # compare what the fp8 output means (stored * output_scale); the floor is 16-bit, fp8 rounding is in both
+        assert_within_low_precision_error(
+            out.double() * output_scale.double(),
+            ref,
+            _quantize_output(low_precision, output_scale, out.dtype),
+            msg,
+            floor=rounding_floor(torch.bfloat16, max_abs(ref)),
+        )
+    assert_lse_close(lse, ref_lse, LSE_ATOL, msg)
+    return out
+
+
+def _quantize_output(result: torch.Tensor, output_scale: torch.Tensor, fp8_dtype: torch.dtype) -> torch.Tensor:
+    """What an fp8 output stores, read back: clamp(result / output_scale) rounded to fp8, times output_scale."""
+    fp8_max = torch.finfo(fp8_dtype).max
+    stored = (result / output_scale.double()).clamp(-fp8_max, fp8_max).to(fp8_dtype)
+    return stored.double() * output_scale.double()

@@ -10,12 +10,9 @@ import torch
 from attn_testing import (
     DEVICE,
     FP8_DTYPES_HERE,
-    LSE_ATOL,
     PLATFORM_E4M3,
     AttnInputs,
-    assert_lse_close,
-    assert_within_low_precision_error,
-    describe_call,
+    check_low_precision,
     fp8_descale,
     is_fp8,
     make_inputs,
@@ -23,7 +20,6 @@ from attn_testing import (
     random_bias,
     random_seqlens,
     random_sinks,
-    rounding_floor,
     run_kernel,
     run_reference,
     scaled,
@@ -40,35 +36,6 @@ def _descales(inputs: AttnInputs, kind: str, q_too: bool) -> dict:
     return descales
 
 
-def check_fp8(inputs: AttnInputs, **kwargs) -> torch.Tensor:
-    """Kernel vs float64 reference, bounded by the low-precision reference's error. Returns the kernel out."""
-    msg = describe_call(inputs, kwargs)
-    out, lse = run_kernel(inputs, return_softmax_lse=True, **kwargs)
-    ref, ref_lse = run_reference(inputs, return_softmax_lse=True, **kwargs)
-    out_dtype = out.dtype if not is_fp8(out.dtype) else torch.bfloat16
-    emulate = inputs.q.dtype if not is_fp8(inputs.q.dtype) else out_dtype
-    v_fp8 = inputs.v.dtype if is_fp8(inputs.v.dtype) else None
-    low_precision = run_reference(inputs, emulate_dtype=emulate, fp8_p_round_trip=v_fp8, **kwargs)
-    output_scale = kwargs.get("output_scale")
-    if output_scale is not None:
-        low_precision = _quantize_output(low_precision, output_scale, out.dtype)
-        out = out.double() * output_scale.double()
-        assert_within_low_precision_error(
-            out, ref, low_precision, msg, floor=rounding_floor(torch.bfloat16, ref.abs().max().item())
-        )
-    else:
-        assert_within_low_precision_error(out, ref, low_precision, msg)
-    assert_lse_close(lse, ref_lse, LSE_ATOL, msg)
-    return out
-
-
-def _quantize_output(result: torch.Tensor, output_scale: torch.Tensor, fp8_dtype: torch.dtype) -> torch.Tensor:
-    """What an fp8 output stores, read back: clamp(result / output_scale) rounded to fp8, times output_scale."""
-    fp8_max = torch.finfo(fp8_dtype).max
-    stored = (result / output_scale.double()).clamp(-fp8_max, fp8_max).to(fp8_dtype)
-    return stored.double() * output_scale.double()
-
-
 @pytest.mark.parametrize("kv_dtype", FP8_DTYPES_HERE)
 @pytest.mark.parametrize("q_dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("descale_kind", DESCALE_KINDS)
@@ -78,7 +45,7 @@ def test_fp8_kv_cache(kv_dtype, q_dtype, descale_kind):
     seqlens_k = [seqlens_q[0], scaled(65, 2000), scaled(129, 900), seqlens_q[3] + scaled(40, 500)]
     inputs = make_inputs(seqlens_q, seqlens_k, num_heads=(8, 2), head_size=128, dtype=q_dtype, kv_dtype=kv_dtype,
                          kv_layout="paged_kv_interleaved", block_size=16)  # fmt: skip
-    out = check_fp8(inputs, causal=True, **_descales(inputs, descale_kind, q_too=False))
+    out = check_low_precision(inputs, causal=True, **_descales(inputs, descale_kind, q_too=False))
     assert out.dtype == q_dtype
 
 
@@ -89,7 +56,7 @@ def test_fp8_kv_cache_decode(kv_dtype, num_heads):
     seqlens_k = random_seqlens(batch, scaled(200, 4000), min_len=1)
     inputs = make_inputs([1] * batch, seqlens_k, num_heads=num_heads, head_size=128, dtype=torch.bfloat16,
                          kv_dtype=kv_dtype, kv_layout="paged", block_size=16)  # fmt: skip
-    check_fp8(inputs, causal=True, **_descales(inputs, "per_head", q_too=False))
+    check_low_precision(inputs, causal=True, **_descales(inputs, "per_head", q_too=False))
 
 
 @pytest.mark.parametrize("dtype", FP8_DTYPES_HERE)
@@ -100,7 +67,7 @@ def test_fp8_qkv(dtype, descale_kind, causal):
     seqlens_q = random_seqlens(3, scaled(100, 1000), min_len=1)
     seqlens_k = [n + int(torch.randint(0, 30, ())) for n in seqlens_q]
     inputs = make_inputs(seqlens_q, seqlens_k, num_heads=(4, 2), head_size=64, dtype=dtype)
-    out = check_fp8(inputs, causal=causal, **_descales(inputs, descale_kind, q_too=True))
+    out = check_low_precision(inputs, causal=causal, **_descales(inputs, descale_kind, q_too=True))
     assert out.dtype == torch.bfloat16
 
 
@@ -108,7 +75,7 @@ def test_fp8_qkv(dtype, descale_kind, causal):
 def test_fp8_head_sizes(head_size, head_size_v):
     inputs = make_inputs([33, 9], [40, 70], num_heads=(4, 2), head_size=head_size, head_size_v=head_size_v,
                          dtype=torch.float8_e4m3fn)  # fmt: skip
-    check_fp8(inputs, causal=True, **_descales(inputs, "per_head", q_too=True))
+    check_low_precision(inputs, causal=True, **_descales(inputs, "per_head", q_too=True))
 
 
 @pytest.mark.parametrize("q_dtype", [*FP8_DTYPES_HERE, torch.bfloat16])
@@ -120,7 +87,7 @@ def test_fp8_output_scale(q_dtype):
     descales = _descales(inputs, "per_head", q_too=is_fp8(q_dtype))
     out, _ = run_kernel(inputs, causal=True, output_scale=output_scale, return_softmax_lse=True, **descales)
     assert out.dtype == (q_dtype if is_fp8(q_dtype) else PLATFORM_E4M3)
-    check_fp8(inputs, causal=True, output_scale=output_scale, **descales)
+    check_low_precision(inputs, causal=True, output_scale=output_scale, **descales)
 
 
 @pytest.mark.parametrize("out_dtype", FP8_DTYPES_HERE)
@@ -143,7 +110,7 @@ def test_fp8_output_saturates(out_dtype):
 def test_fp8_into_preallocated_out(out_dtype, dtype):
     inputs = make_inputs([33, 5], [33, 70], num_heads=(4, 2), head_size=64, dtype=dtype)
     out = torch.full((38, 4, 64), float("nan"), dtype=out_dtype, device=DEVICE)
-    result = check_fp8(inputs, causal=True, out=out, **_descales(inputs, "scalar", q_too=True))
+    result = check_low_precision(inputs, causal=True, out=out, **_descales(inputs, "scalar", q_too=True))
     assert result.data_ptr() == out.data_ptr() and out.dtype == out_dtype
 
 
@@ -163,4 +130,4 @@ def test_fp8_with_features(feature, all_fp8):
         "sinks": dict(s_aux=random_sinks(4)),
         "empty_rows": dict(s_aux=random_sinks(4)),
     }[feature]
-    check_fp8(inputs, causal=True, **kwargs, **_descales(inputs, "per_head", q_too=all_fp8))
+    check_low_precision(inputs, causal=True, **kwargs, **_descales(inputs, "per_head", q_too=all_fp8))
