@@ -39,6 +39,7 @@ import statistics
 import subprocess
 import sys
 import time
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 
@@ -279,29 +280,41 @@ def prepare_sdpa(case: Case, name: str) -> Prepared:
     def to_varlen(out):
         return out.transpose(1, 2).reshape(batch * seqlen_q, w.num_q_heads, w.head_dim)
 
-    def runner(q, k, v):
+    def runner(q, k, v, use_gqa):
         def run():
             with sdpa_kernel(backend):
-                return F.scaled_dot_product_attention(q, k, v, is_causal=is_causal, enable_gqa=gqa)
+                return F.scaled_dot_product_attention(q, k, v, is_causal=is_causal, enable_gqa=use_gqa)
 
         return run
 
     views = case.dense_views()
-    run = runner(*views)
-    try:
-        run()
-        return Prepared(
-            run, to_varlen, note="[B,H,L,D] views" + (" of the contiguous (not paged) KV" if w.paged else "")
-        )
-    except RuntimeError as first_error:
-        # some backends reject strided views; contiguous [B, H, L, D] copies are the layout every backend takes
-        contiguous = tuple(t.contiguous() for t in views)
-        run = runner(*contiguous)
-        try:
-            run()
-        except RuntimeError as second_error:
-            raise RuntimeError(f"views: {_short(first_error)}; contiguous: {_short(second_error)}") from None
-        return Prepared(run, to_varlen, note="contiguous [B,H,L,D] copies")
+    group = w.num_q_heads // w.num_kv_heads
+
+    def repeated_kv():
+        q, k, v = views
+        return (q, k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)), False
+
+    attempts = [
+        ("[B,H,L,D] views" + (" of the contiguous (not paged) KV" if w.paged else ""), lambda: (views, gqa)),
+        # some backends reject strided views: contiguous [B, H, L, D] copies are the layout every backend takes
+        ("contiguous [B,H,L,D] copies", lambda: (tuple(t.contiguous() for t in views), gqa)),
+        # a backend without GQA gets K/V repeated to Hq heads (it then reads `group` times the bytes counted)
+        ("KV heads repeated to Hq (backend without GQA)", repeated_kv),
+    ]
+    failures = []
+    for note, build in attempts if gqa else attempts[:2]:
+        tensors, use_gqa = build()
+        run = runner(*tensors, use_gqa)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")  # SDPA says why a backend refused only in warnings
+            try:
+                run()
+            except RuntimeError as error:
+                why = " | ".join(_short(str(w.message), 200) for w in caught) or _short(error, 100)
+                failures.append(f"{note}: {why}")
+                continue
+        return Prepared(run, to_varlen, note=note)
+    raise RuntimeError("; ".join(failures))
 
 
 _COMPILED_FLEX = None
@@ -315,7 +328,7 @@ def _flex_attention(compiled: bool):
         return flex_attention
     if _COMPILED_FLEX is None:
         # every workload is a new static shape: lift dynamo's recompile limit (8) so none falls back to eager
-        dynamo_config = torch._dynamo.config
+        dynamo_config = importlib.import_module("torch._dynamo.config")
         for limit in ("recompile_limit", "cache_size_limit"):
             if hasattr(dynamo_config, limit):
                 setattr(dynamo_config, limit, max(getattr(dynamo_config, limit), 64))
@@ -856,7 +869,7 @@ def format_headline(workload: Workload, row: Row) -> str:
         return f"{row.tflops:.1f} TFLOP/s"
     if workload.metric == "gbps":
         return f"{row.gbps:.0f} GB/s"
-    return f"{row.ms:.4f} ms"
+    return f"{row.tflops:.1f} TFLOP/s"  # a mixed batch: its ms come first on the line anyway
 
 
 # ---------------------------------------------------------------------------------------------------------------
