@@ -101,13 +101,16 @@ def install_local(session: nox.Session, *packages: str) -> None:
         session.install("--no-deps", *args)
 
 
+def torch_requirement() -> list[str]:
+    return [TORCH, *(["--extra-index-url", TORCH_INDEX_URL] if TORCH_INDEX_URL else [])]
+
+
 def install_stack(session: nox.Session, *extra: str, triton: str | None = TRITON_CI, dev: str | None = None) -> None:
     """torch + triton + numpy/pytest + tritonfa (editable). On a GPU, torch brings its own matching triton."""
     dev = dev or device()
     if not EXISTING_ENV:
-        index = ["--extra-index-url", TORCH_INDEX_URL] if TORCH_INDEX_URL else []
         pins = [f"triton=={triton}"] if triton and dev == "cpu" else []
-        session.install(TORCH, *pins, *TEST_DEPS, *extra, *index)
+        session.install(*torch_requirement(), *pins, *TEST_DEPS, *extra)
     install_local(session, "kernel/")
     session.run(python_exe(session), "-c", "import sys, torch, triton; print('python', sys.version.split()[0], "
                 "'| torch', torch.__version__, '| triton', triton.__version__, '| cuda/hip available:', "
@@ -126,6 +129,13 @@ def pytest_args(session: nox.Session, default_paths: list[str], workers: str) ->
         else:
             session.warn("pytest-xdist is not installed: running the tests in one process")
     return args + posargs
+
+
+def device_args(session: nox.Session, dev: str) -> list[str]:
+    """tests/conftest.py's --device, explicit so a GPU run cannot fall back to the interpreter unnoticed."""
+    if any(a == "--device" or a.startswith("--device=") for a in session.posargs):
+        return []
+    return ["--device", "cpu" if dev == "cpu" else "cuda"]  # ROCm GPUs are torch's "cuda" devices too
 
 
 def run_pytest(session: nox.Session, args: list[str], env: dict[str, str | None]) -> None:
@@ -148,7 +158,7 @@ def tests(session: nox.Session) -> None:
     install_stack(session)
     env: dict[str, str | None] = {"TRITON_INTERPRET": "1"} if dev == "cpu" else {"TRITON_INTERPRET": None}
     session.log(f"device: {dev}")
-    run_pytest(session, pytest_args(session, ["tests/kernel"], workers_default(dev)), env)
+    run_pytest(session, device_args(session, dev) + pytest_args(session, ["tests/kernel"], workers_default(dev)), env)
 
 
 @nox.session(python=VENV, reuse_venv=True, tags=["ci"])
@@ -156,7 +166,7 @@ def lint(session: nox.Session) -> None:
     """ruff check + ruff format --check (args: paths, default .) and mypy on the public interface."""
     if not EXISTING_ENV:
         # torch too, so mypy checks the interface against torch's real annotations instead of Any
-        session.install(*LINT_DEPS, TORCH, "numpy")
+        session.install(*LINT_DEPS, *torch_requirement(), "numpy")
     paths = list(session.posargs) or ["."]
     failed = []
     commands = {
@@ -231,7 +241,7 @@ def vllm(session: nox.Session, vllm: str) -> None:
         # ENVIRONMENT.md's light recipe: our torch/triton, vLLM's pure-Python deps, then vLLM itself with --no-deps
         install_stack(session, "packaging")
         reqs = Path(session.create_tmp()) / f"vllm-{vllm}-deps.txt"
-        reqs.write_text(session.run("python", "ci/vllm_deps.py", vllm, silent=True) or "")
+        session.run("python", "ci/vllm_deps.py", vllm, "-o", str(reqs))
         session.install("-r", str(reqs))
         session.install("--no-deps", f"vllm=={vllm}")
     else:
@@ -242,7 +252,7 @@ def vllm(session: nox.Session, vllm: str) -> None:
         {"TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": ""} if dev == "cpu" else {"TRITON_INTERPRET": None}
     )
     workers = os.environ.get("TRITONFA_PYTEST_WORKERS", "0")
-    run_pytest(session, pytest_args(session, ["tests/integration"], workers), env)
+    run_pytest(session, device_args(session, dev) + pytest_args(session, ["tests/integration"], workers), env)
 
 
 def install_vllm_gpu(session: nox.Session) -> None:

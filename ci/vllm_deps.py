@@ -6,7 +6,7 @@ packages vLLM imports, then `pip install --no-deps vllm==X`. vLLM's wheel metada
 stack (flashinfer, cutlass-dsl, ...) that a CPU machine neither needs nor can resolve; they are dropped here by
 name. Reads the metadata through `pip install --dry-run --report` (no wheel download).
 
-    python ci/vllm_deps.py 0.24.0 > reqs.txt && pip install -r reqs.txt && pip install --no-deps vllm==0.24.0
+    python ci/vllm_deps.py 0.24.0 -o reqs.txt && pip install -r reqs.txt && pip install --no-deps vllm==0.24.0
 """
 
 from __future__ import annotations
@@ -56,6 +56,11 @@ def requirements(version: str) -> list[str]:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 2:
+    if len(sys.argv) not in (2, 4) or (len(sys.argv) == 4 and sys.argv[2] != "-o"):
         sys.exit(__doc__)
-    print("\n".join(requirements(sys.argv[1])))
+    text = "\n".join(requirements(sys.argv[1])) + "\n"
+    if len(sys.argv) == 4:
+        with open(sys.argv[3], "w") as f:
+            f.write(text)
+    else:
+        sys.stdout.write(text)
