@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# One-call GPU verification (the lent machine has torch/triton but no nox): the kernel suite on the GPU, a
+# compute-sanitizer memcheck over a representative subset, and the side-by-side benchmark.
+#   bash kernel/scripts/gpu_verify.sh OUTDIR [bench args...]
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+out="${1:?usage: gpu_verify.sh OUTDIR [bench args...]}"
+shift
+mkdir -p "$out"
+export PYTHONPATH="$PWD/kernel/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+nvidia-smi -L | tee "$out/card.txt"
+
+echo "== kernel tests on the GPU"
+python3 -m pytest tests/kernel --device cuda -n 8 -q -p no:cacheprovider -rfE 2>&1 | tee "$out/gpu_tests.log" | tail -n 25
+
+echo "== compute-sanitizer memcheck (paged, split-KV decode, fp8, masks, varlen)"
+compute-sanitizer --tool memcheck --error-exitcode 99 python3 -m pytest -p no:cacheprovider -p no:xdist -q \
+  "tests/kernel/test_paged.py::test_mixed_prefill_context_and_decode_in_one_call" \
+  "tests/kernel/test_paged.py::test_decode_and_speculative_lengths" \
+  "tests/kernel/test_fp8.py::test_fp8_kv_cache_decode" \
+  "tests/kernel/test_masks_and_biases.py::test_rows_that_see_no_key_are_zero" \
+  "tests/kernel/test_attention.py::test_varlen_batch" \
+  "tests/kernel/test_attention.py::test_v_head_size_differs" 2>&1 | tee "$out/memcheck.log" | tail -n 8
+echo "memcheck exit: ${PIPESTATUS[0]}" | tee -a "$out/memcheck.log"
+
+echo "== benchmark"
+python3 -m tritonfa.bench --json "$out/bench.json" --png "$out/bench.png" "$@" 2>&1 | tee "$out/bench.log" | tail -n 45
