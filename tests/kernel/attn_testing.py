@@ -203,8 +203,12 @@ def run_kernel(inputs: AttnInputs, **kwargs):
     return tritonfa.flash_attn_varlen_func(*inputs.args(), block_table=inputs.block_table, **kwargs)
 
 
+# how the kernel stores or schedules the result, not what the result is
+KERNEL_ONLY_KWARGS = ("out", "output_scale", "num_splits")
+
+
 def run_reference(inputs: AttnInputs, **kwargs):
-    for ignored in ("out", "output_scale"):
+    for ignored in KERNEL_ONLY_KWARGS:
         kwargs.pop(ignored, None)
     return attention_reference(*inputs.args(), block_table=inputs.block_table, **kwargs)
 

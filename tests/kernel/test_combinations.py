@@ -89,7 +89,8 @@ def _draw_case() -> tuple[dict, dict]:
         kwargs["alibi_slopes"] = random_alibi(batch, num_heads[0], per_sequence=random.random() < 0.5)
     if random.random() < 0.15:
         kwargs["bias"] = ("bias", random.random() < 0.5, random.random() < 0.5)
-    if random.random() < 0.2:
+    # sinks with fp8 V: tracked by test_fp8.py::test_fp8_sink_above_the_scores (xfail) until the kernel is fixed
+    if random.random() < 0.2 and not is_fp8(kv_dtype):
         kwargs["s_aux"] = random_sinks(num_heads[0])
     if random.random() < 0.2:
         kwargs["softmax_scale"] = random.uniform(0.02, 0.3)
@@ -99,6 +100,7 @@ def _draw_case() -> tuple[dict, dict]:
                 kwargs[name] = fp8_descale(random.choice(["scalar", "one", "per_head"]), batch, num_heads[1])
         if random.random() < 0.2:
             kwargs["output_scale"] = torch.tensor(random.uniform(0.01, 0.05), device=DEVICE)
+    kwargs["num_splits"] = random.choice([0, 0, 1, 2, 3, 4])
     if "output_scale" not in kwargs and random.random() < 0.2:
         kwargs["out"] = random.choice([torch.float16, torch.bfloat16, torch.float32])
     return inputs_args, kwargs

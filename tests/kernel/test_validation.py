@@ -79,6 +79,8 @@ CASES = [
     ("v_descale_bf16", _contiguous, lambda x: dict(v_descale=torch.rand((), device=DEVICE).bfloat16()), "v_descale"),
     ("output_scale_two_values", _contiguous, lambda x: dict(output_scale=torch.rand(2, device=DEVICE)),
      "output_scale"),
+    ("num_splits_negative", _contiguous, lambda x: dict(num_splits=-1), "num_splits"),
+    ("num_splits_float", _contiguous, lambda x: dict(num_splits=2.0), "num_splits"),
     ("out_wrong_shape", _contiguous, lambda x: dict(out=torch.zeros(12, 4, 32, device=DEVICE)), "out"),
     ("out_int", _contiguous, lambda x: dict(out=torch.zeros(12, 4, 64, dtype=torch.int32, device=DEVICE)), "out"),
     ("out_other_device", _contiguous, lambda x: dict(out=torch.zeros(12, 4, 64, device=OTHER_DEVICE)), "out"),
