@@ -97,3 +97,30 @@ def test_unsupported_options_raise():
         TritonFAImpl(8, 64, 0.125, 2, [0.5] * 8, None, "auto", use_alibi_sqrt=True)
     # extra arguments at their defaults are fine
     TritonFAImpl(8, 64, 0.125, 2, None, None, "auto", use_alibi_sqrt=False, chunk_lookback=-1)
+
+
+def test_selector_accepts_supported_configurations():
+    """What vLLM's CUDA platform runs for `attention_backend="CUSTOM"`: validate_configuration on the selector config."""
+    from vllm.platforms.interface import DeviceCapability
+    from vllm.v1.attention.selector import AttentionSelectorConfig
+
+    def reasons(**kw):
+        config = AttentionSelectorConfig(head_size=128, dtype=torch.bfloat16, kv_cache_dtype="auto", block_size=16)
+        config = config._replace(**{k: v for k, v in kw.items() if k in config._fields})
+        return TritonFABackend.validate_configuration(device_capability=DeviceCapability(9, 0), **config._asdict())
+
+    for kw in (
+        {},
+        dict(kv_cache_dtype="fp8"),
+        dict(kv_cache_dtype="fp8_e5m2", dtype=torch.float16),
+        dict(head_size=80, has_sink=True),
+        dict(head_size=256, has_sliding_window=True),  # field of vLLM >= 0.3x
+        dict(block_size=32),
+    ):
+        assert reasons(**kw) == [], kw
+    assert reasons(head_size=48)
+    assert reasons(dtype=torch.float32)
+    assert reasons(use_mla=True)
+    assert reasons(attn_type=AttentionType.ENCODER_ONLY)
+    assert reasons(use_non_causal=True)
+    assert reasons(kv_cache_dtype="int8_per_token_head")
