@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
+from vllm.model_executor.layers.quantization.utils.quant_utils import kFp8StaticTensorSym
 from vllm.platforms import current_platform
 from vllm.v1.attention.backend import (
     AttentionBackend,
@@ -29,6 +30,7 @@ from vllm.v1.attention.backend import (
     AttentionType,
     CommonAttentionMetadata,
 )
+from vllm.v1.attention.ops.triton_reshape_and_cache_flash import triton_reshape_and_cache_flash
 
 from tritonfa import flash_attn_varlen_func
 from tritonfa_vllm import compat
@@ -200,8 +202,6 @@ class TritonFAImpl(AttentionImpl[TritonFAMetadata]):
         self._kv_cache_views: tuple[torch.Tensor, torch.Tensor] | None = None
 
     def fused_output_quant_supported(self, quant_key) -> bool:
-        from vllm.model_executor.layers.quantization.utils.quant_utils import kFp8StaticTensorSym
-
         return quant_key == kFp8StaticTensorSym
 
     def _paged_kv(self, kv_cache: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -224,8 +224,6 @@ class TritonFAImpl(AttentionImpl[TritonFAMetadata]):
         slot_mapping: torch.Tensor,
     ) -> None:
         """Write the step's key/value [num_tokens, Hk, D] into the paged cache at slot_mapping."""
-        from vllm.v1.attention.ops.triton_reshape_and_cache_flash import triton_reshape_and_cache_flash
-
         key_cache, value_cache = self._paged_kv(kv_cache)
         triton_reshape_and_cache_flash(
             key, value, key_cache, value_cache, slot_mapping, self.kv_cache_dtype, layer._k_scale, layer._v_scale
