@@ -29,6 +29,11 @@ def test_build_mixed_batch(device):
     assert md.max_seq_len == 48
     assert md.query_start_loc.tolist() == [0, 13, 30, 31, 32]
     assert md.seq_lens.tolist() == [33, 17, 31, 48]
+    # numpy integers from the runner become Python ints (the kernel's launcher takes ints)
+    import numpy as np
+
+    md = make_builder(device).build(0, cm.replace(max_query_len=np.int64(17), max_seq_len=np.int64(48)))
+    assert type(md.max_query_len) is int and type(md.max_seq_len) is int
 
 
 def test_common_prefix_is_ignored(device):

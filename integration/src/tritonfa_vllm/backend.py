@@ -80,11 +80,11 @@ class TritonFAMetadataBuilder(AttentionMetadataBuilder[TritonFAMetadata]):
             raise NotImplementedError("tritonfa_vllm supports causal decoder attention only (got causal != True)")
         if getattr(cm, "mm_req_doc_ranges", None) is not None:
             raise NotImplementedError("tritonfa_vllm does not support bidirectional multimodal prefix ranges")
-        return TritonFAMetadata(
-            num_actual_tokens=cm.num_actual_tokens,
-            max_query_len=cm.max_query_len,
+        return TritonFAMetadata(  # int(): some runner paths hand numpy integers, the kernel wants Python ints
+            num_actual_tokens=int(cm.num_actual_tokens),
+            max_query_len=int(cm.max_query_len),
             query_start_loc=cm.query_start_loc,
-            max_seq_len=cm.max_seq_len,
+            max_seq_len=int(cm.max_seq_len),
             seq_lens=cm.seq_lens,
             block_table=cm.block_table_tensor,
             slot_mapping=cm.slot_mapping,
