@@ -85,7 +85,14 @@ def run_worker(script: Path, args: list[str], result: Path, timeout: float, log:
     return {"error": f"worker exit {rc}", "log_tail": tail, "wall_s": round(wall, 1)}
 
 
-def gpu_info() -> dict:
+def gpu_name() -> str | None:
+    import torch
+
+    return torch.cuda.get_device_name() if torch.cuda.is_available() else None
+
+
+def gpu_info(query_device: bool = False) -> dict:
+    """Versions (and the GPU when query_device: parents leave CUDA alone, their workers report the GPU)."""
     import torch
 
     info = {"torch": torch.__version__, "python": sys.version.split()[0]}
@@ -101,7 +108,7 @@ def gpu_info() -> dict:
         info["vllm"] = vllm.__version__
     except ImportError:
         pass
-    if torch.cuda.is_available():
+    if query_device and torch.cuda.is_available():
         info["gpu"] = torch.cuda.get_device_name()
         info["gpu_memory_gib"] = round(torch.cuda.get_device_properties(0).total_memory / 2**30, 1)
     return info

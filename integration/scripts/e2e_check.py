@@ -110,7 +110,8 @@ def worker(args) -> None:
                 "prompt_logprobs": chosen(list(prompt_lp)[1:], prompt[1:]),
             }
         )
-    result = {"backends_in_use": in_use, "init_s": round(init_s, 1), "generate_s": round(gen_s, 2), "seqs": seqs}
+    result = {"gpu": h.gpu_name(), "backends_in_use": in_use, "init_s": round(init_s, 1), "seqs": seqs}
+    result["generate_s"] = round(gen_s, 2)
     Path(args.result).write_text(json.dumps(result))
 
 
@@ -214,6 +215,7 @@ def main() -> int:
         for (model, kv, backend, eager), res in pool.map(run, jobs):
             results[(model, kv, label(backend, eager))] = res
 
+    info["gpu"] = next((r["gpu"] for r in results.values() if r.get("gpu")), None)
     rows, summary, all_ok = [], [], True
     for model, kv in dict.fromkeys((m, k) for m, k, _ in results):
         runs = {lab: r for (m, k, lab), r in results.items() if (m, k) == (model, kv)}

@@ -69,6 +69,7 @@ def worker(args) -> None:
     warmup = [once() for _ in range(args.warmup)]
     latencies = [once() for _ in range(args.iters)]
     result = {
+        "gpu": h.gpu_name(),
         "backend": args.backend,
         "kv_cache_dtype": args.kv_cache_dtype,
         "backends_in_use": in_use,
@@ -126,6 +127,7 @@ def main() -> int:
             print(f"  {tag}: {status} (engine {res.get('init_s', '-')} s, wall {res['wall_s']} s)", flush=True)
             results.append(res)
 
+    info["gpu"] = next((r["gpu"] for r in results if r.get("gpu")), None)
     rows = []
     for res in results:
         kv = res["kv_cache_dtype"]
