@@ -35,7 +35,7 @@ from vllm.v1.attention.ops.triton_reshape_and_cache_flash import triton_reshape_
 from tritonfa import flash_attn_varlen_func
 from tritonfa_vllm import compat
 
-# Head sizes checked end to end (GPU) and on the CPU; the kernel itself takes any head size <= 256.
+# Head sizes the CPU tests and integration/scripts/e2e_check.py cover; the kernel takes any head size <= 256.
 SUPPORTED_HEAD_SIZES = [64, 80, 96, 112, 128, 256]
 FP8_KV_CACHE_DTYPES = ("fp8", "fp8_e4m3", "fp8_e5m2")
 # kv-cache dtypes for which vLLM may hand us a query already quantized to the platform's fp8 (e4m3) type.
