@@ -125,11 +125,42 @@ _TABLE: dict[tuple[str, bool], dict[int, AttentionConfig]] = {
 }
 
 
-def select_config(arch: str, block_d: int, max_seqlen_q: int) -> AttentionConfig:
+# Shared memory per program (bytes) that a config may plan for; Triton fails to launch a kernel that needs more.
+_SHARED_MEMORY = {"hopper": 227 * 1024, "blackwell": 227 * 1024, "ampere": 163 * 1024, "cdna3": 64 * 1024,
+                  "cdna4": 160 * 1024, "rdna": 64 * 1024}  # fmt: skip
+
+
+def select_config(arch: str, block_d: int, max_seqlen_q: int, element_bytes: int = 2) -> AttentionConfig:
     decode = max_seqlen_q <= DECODE_MAX_SEQLEN_Q
     by_head_size = _TABLE[(arch, decode)]
     bound = next((b for b in sorted(by_head_size) if b >= block_d), max(by_head_size))
-    return _apply_override(arch, by_head_size[bound])
+    config = _apply_override(arch, by_head_size[bound])
+    # The table is tuned (and launch-checked) for 16-bit and fp8 inputs; fp32 inputs need smaller tiles.
+    return fit_shared_memory(arch, config, block_d, element_bytes) if element_bytes > 2 else config
+
+
+def fit_shared_memory(arch: str, config: AttentionConfig, block_d: int, element_bytes: int) -> AttentionConfig:
+    """Shrink stages, then key tiles, then query tiles until Q + the pipelined K/V tiles fit in shared memory.
+
+    The estimate matched Triton 3.6's own count on an H200 (294912 bytes for 64x128 tiles, 2 stages, D 256).
+    """
+    budget = _SHARED_MEMORY.get(arch)
+    if budget is None:
+        return config
+
+    def need(c: AttentionConfig) -> int:
+        return (c.block_m + 2 * max(c.num_stages, 1) * c.block_n) * block_d * element_bytes
+
+    while need(config) > budget:
+        if config.num_stages > 2:
+            config = dataclasses.replace(config, num_stages=config.num_stages - 1)
+        elif config.block_n > 32:
+            config = dataclasses.replace(config, block_n=config.block_n // 2)
+        elif config.block_m > 16:
+            config = dataclasses.replace(config, block_m=config.block_m // 2)
+        else:
+            break
+    return config
 
 
 def all_configs(arch: str) -> list[tuple[int, AttentionConfig]]:

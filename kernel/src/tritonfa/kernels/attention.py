@@ -579,7 +579,8 @@ def attention_forward(
     dot_floor = 32 if any(is_fp8(t.dtype) for t in (q, k, v)) else 16
     block_d = _next_pow2_at_least(head_dim, dot_floor)
     block_dv = _next_pow2_at_least(head_dim_v, dot_floor)
-    config = select_config(arch, max(block_d, block_dv), max_seqlen_q)
+    element_bytes = max(t.element_size() for t in (q, k, v))
+    config = select_config(arch, max(block_d, block_dv), max_seqlen_q, element_bytes)
     h_pack = min(group, config.block_m) if config.pack_gqa else 1
     head_chunks = triton.cdiv(group, h_pack)
     tokens_per_tile = config.block_m // h_pack
