@@ -89,8 +89,7 @@ def _draw_case() -> tuple[dict, dict]:
         kwargs["alibi_slopes"] = random_alibi(batch, num_heads[0], per_sequence=random.random() < 0.5)
     if random.random() < 0.15:
         kwargs["bias"] = ("bias", random.random() < 0.5, random.random() < 0.5)
-    # sinks with fp8 V: tracked by test_fp8.py::test_fp8_sink_above_the_scores (xfail) until the kernel is fixed
-    if random.random() < 0.2 and not is_fp8(kv_dtype):
+    if random.random() < 0.2:
         kwargs["s_aux"] = random_sinks(num_heads[0])
     if random.random() < 0.2:
         kwargs["softmax_scale"] = random.uniform(0.02, 0.3)

@@ -335,12 +335,8 @@ def attention_fwd_kernel(
     else:
         alibi_slope_log2 = tl.zeros([BLOCK_M], dtype=tl.float32)
 
-    if HAS_SINK and not SPLIT_KV:
-        m_i = tl.load(sink_ptr + head_of_row, mask=row_valid, other=0.0).to(tl.float32) * LOG2E
-        l_i = tl.full([BLOCK_M], 1.0, dtype=tl.float32)
-    else:
-        m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
-        l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_DV], dtype=tl.float32)
 
     diagonal = seq_k_len - seq_q_len  # bottom-right alignment: query i lines up with key i + diagonal
@@ -385,6 +381,15 @@ def attention_fwd_kernel(
             HAS_ALIBI, HAS_BIAS, QK_DTYPE, PV_DTYPE, V_IS_FP8, P_SCALE, DOT_PRECISION,
         )  # fmt: skip
 
+    if HAS_SINK and not SPLIT_KV:
+        # The sink joins the denominator only now: had it started the running max, P would be quantized relative
+        # to the sink instead of the row's top key (fp8 V loses precision when the sink dominates).
+        sink_log2 = tl.load(sink_ptr + head_of_row, mask=row_valid, other=0.0).to(tl.float32) * LOG2E
+        m_final = tl.maximum(m_i, sink_log2)
+        key_weight = tl.exp2(m_i - m_final)
+        acc = acc * key_weight[:, None]
+        l_i = l_i * key_weight + tl.exp2(sink_log2 - m_final)
+        m_i = m_final
     # Rows that saw no key (and no sink) have l = 0 and acc = 0: divide by 1 so they come out as 0, not NaN.
     l_safe = tl.where(l_i == 0.0, 1.0, l_i)
     out_factor = 1.0 / l_safe
