@@ -11,8 +11,8 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from attn_testing import ON_GPU
+
 from tritonfa.workloads import WORKLOADS, Workload, select, smoke_scaled, visible_pairs
 
 KERNEL_SRC = Path(__file__).resolve().parents[2] / "kernel" / "src"

@@ -114,3 +114,13 @@ def test_vllm_extra_keywords_are_accepted():
     out = run_kernel(inputs, causal=True, fa_version=3, scheduler_metadata=None, num_splits=0, deterministic=True,
                      dropout_p=0.0, return_attn_probs=False)  # fmt: skip
     assert_close(out, run_reference(inputs, causal=True), *TOLERANCES[torch.bfloat16])
+
+
+@pytest.mark.parametrize("argument", ["k", "v"])
+def test_mi300_fp8_format_is_refused_on_nvidia(argument, monkeypatch):
+    """Triton on NVIDIA cannot convert e4m3fnuz: a clear TypeError instead of a compiler crash."""
+    monkeypatch.setenv("TRITONFA_ARCH", "hopper")
+    inputs = _contiguous()
+    setattr(inputs, argument, getattr(inputs, argument).to(torch.float8_e4m3fnuz))
+    with pytest.raises(TypeError, match=f"^{argument} has dtype torch.float8_e4m3fnuz"):
+        run_kernel(inputs)

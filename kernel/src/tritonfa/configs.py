@@ -53,7 +53,7 @@ def detect_arch(device: torch.device) -> str:
     return _detect_cuda_arch(device.index if device.index is not None else torch.cuda.current_device())
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _detect_cuda_arch(index: int) -> str:
     props = torch.cuda.get_device_properties(index)
     if torch.version.hip:

@@ -19,6 +19,9 @@ from tritonfa.kernels.attention import MAX_SPLITS, attention_forward
 MAX_HEAD_DIM = 256
 _FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, *FP8_DTYPES)
 
+_NVIDIA_ARCHS = ("hopper", "ampere", "blackwell")
+_FNUZ_DTYPES = tuple(d for d in (getattr(torch, "float8_e4m3fnuz", None), getattr(torch, "float8_e5m2fnuz", None)) if d)
+
 # Arguments vLLM's flash_attn_varlen_func accepts that change nothing for a forward-only kernel.
 _IGNORED_KWARGS = ("deterministic", "fa_version", "scheduler_metadata", "cp_world_size", "cp_rank")
 
@@ -41,7 +44,9 @@ def _check_scale(name: str, t: Any, device, num_seqs: int, num_kv_heads: int) ->
     if t.dim() == 1 and t.shape[0] != 1:
         raise ValueError(f"{name} must have shape [], [1] or [batch, num_kv_heads], got {tuple(t.shape)}")
     if t.dim() == 2 and tuple(t.shape) != (num_seqs, num_kv_heads):
-        raise ValueError(f"{name} must have shape [batch={num_seqs}, num_kv_heads={num_kv_heads}], got {tuple(t.shape)}")
+        raise ValueError(
+            f"{name} must have shape [batch={num_seqs}, num_kv_heads={num_kv_heads}], got {tuple(t.shape)}"
+        )
 
 
 def _normalize_window(window_size: Any, causal: bool) -> tuple[int, int]:
@@ -188,6 +193,13 @@ def flash_attn_varlen_func(
             raise ValueError(f"output_scale must hold one value, got shape {tuple(output_scale.shape)}")
 
     arch = detect_arch(device)
+    if arch in _NVIDIA_ARCHS:
+        for name, t in (("q", q), ("k", k), ("v", v), ("out", out)):
+            if t is not None and t.dtype in _FNUZ_DTYPES:
+                raise TypeError(
+                    f"{name} has dtype {t.dtype}, an AMD MI300 format that NVIDIA GPUs cannot compute with; "
+                    "use torch.float8_e4m3fn / torch.float8_e5m2 (the descale absorbs the 2x range difference)"
+                )
     if out is None:
         out = torch.empty(
             (total_q, num_q_heads, head_dim_v), dtype=default_output_dtype(q.dtype, output_scale, arch), device=device

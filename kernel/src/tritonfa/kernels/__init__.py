@@ -78,7 +78,8 @@ def cross_compile_specs(arch: str) -> list[dict]:
                     signature[name] = "i32"
             tag = "paged" if variant["paged"] else "varlen"
             name = (
-                f"attention_fwd[{arch} d{head_dim} m{config.block_m} n{config.block_n} w{config.num_warps} s{config.num_stages}"
+                f"attention_fwd[{arch} d{head_dim} m{config.block_m} n{config.block_n} "
+                f"w{config.num_warps} s{config.num_stages}"
                 f"{' packed' if config.pack_gqa else ''} q:{variant['q']} kv:{variant['kv']} {tag}"
                 f"{' all-features' if variant['features'] else ''}]"
             ).replace("torch.", "")

@@ -329,9 +329,7 @@ def attention_fwd_kernel(
     softcap_f32 = softcap
 
     if HAS_ALIBI:
-        alibi_slope_log2 = (
-            tl.load(alibi_ptr + seq * stride_alibi_seq + head_of_row, mask=row_valid, other=0.0) * LOG2E
-        )
+        alibi_slope_log2 = tl.load(alibi_ptr + seq * stride_alibi_seq + head_of_row, mask=row_valid, other=0.0) * LOG2E
     else:
         alibi_slope_log2 = tl.zeros([BLOCK_M], dtype=tl.float32)
 
@@ -428,7 +426,9 @@ def attention_fwd_kernel(
             tl.store(lse_ptr + head_of_row.to(tl.int64) * stride_lse_head + i_q_tok, lse, mask=row_valid)
 
 
-@triton.jit(do_not_specialize=["num_splits", "stride_split_out", "stride_split_lse", "stride_split_lse_head", "stride_lse_head"])
+@triton.jit(
+    do_not_specialize=["num_splits", "stride_split_out", "stride_split_lse", "stride_split_lse_head", "stride_lse_head"]
+)
 def combine_splits_kernel(
     split_out_ptr,  # [num_splits, total_q, Hq, Dv] fp32, laid out like out
     split_lse_ptr,  # [num_splits, Hq, total_q] fp32
@@ -492,6 +492,7 @@ def combine_splits_kernel(
     if RETURN_LSE:
         lse = tl.where(denominator == 0.0, float("-inf"), m_safe + tl.log(safe_denominator))
         tl.store(lse_ptr + i_head * stride_lse_head + i_tok, lse)
+
 
 def _dummy(reference: torch.Tensor) -> torch.Tensor:
     # Stands in for absent optional tensors; never dereferenced (its HAS_* flag is off).
@@ -742,7 +743,7 @@ def _auto_num_splits(device: torch.device, config, programs: int, max_seqlen_q: 
     return triton.next_power_of_2(splits) if splits > 1 else 1
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _multiprocessor_count(device: torch.device) -> int:
     if device.type != "cuda":
         return 4  # the interpreter: small, so CPU tests exercise the split path
