@@ -34,7 +34,7 @@ def test_head_sizes_and_dtypes(dtype, atol, rtol, head_size, causal):
     check_against_reference(inputs, atol, rtol, causal=causal)
 
 
-@pytest.mark.parametrize("num_heads", [(8, 2), (6, 3), (4, 1), (14, 2), (4, 4), (32, 8)])
+@pytest.mark.parametrize("num_heads", [(8, 2), (6, 3), (4, 1), (14, 2), (4, 4), (32, 8), (32, 1)])
 @pytest.mark.parametrize("shape", ["prefill", "decode"])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 def test_gqa_mqa(num_heads, shape, causal):

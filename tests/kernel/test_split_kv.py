@@ -37,8 +37,8 @@ def test_split_kv_decode(num_splits, kv_layout, dtype):
 @pytest.mark.parametrize("num_splits", [2, 5])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 def test_split_kv_prefill_shapes(num_splits, causal):
-    seqlens_q, seqlens_k = [17, 1, 40], [70, 129, 40]
-    inputs = make_inputs(seqlens_q, seqlens_k, num_heads=(4, 2), head_size=64, kv_layout="paged", block_size=16)
+    seqlens_q, seqlens_k = [17, 1, scaled(20, 300)], [70, 129, scaled(20, 1000)]
+    inputs = make_inputs(seqlens_q, seqlens_k, num_heads=(2, 1), head_size=64, kv_layout="paged", block_size=16)
     check_against_reference(inputs, *BF16_TOL, causal=causal, num_splits=num_splits)
 
 
