@@ -1,7 +1,7 @@
 """Plain-torch attention reference: the oracle for tests and benchmarks.
 
 `attention_reference` implements the whole contract of `tritonfa.flash_attn_varlen_func` (DESIGN.md and
-notes/semantics.md) with one Python loop over sequences and dense per-sequence math. It shares no code with the
+kernel/SEMANTICS.md) with one Python loop over sequences and dense per-sequence math. It shares no code with the
 kernel on purpose: it is meant to be obviously right, not fast.
 
 Inputs are dequantized first (`stored.to(compute_dtype) * descale`), so by default the result is the exact
