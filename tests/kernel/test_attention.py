@@ -40,8 +40,10 @@ def test_head_sizes_and_dtypes(dtype, atol, rtol, head_size, causal):
 def test_gqa_mqa(num_heads, shape, causal):
     batch = scaled(3, 8)
     if shape == "prefill":
-        # the interpreter's cost grows with heads x tokens
-        seqlens_q, seqlens_k = _varlen(batch, scaled(max(24, 560 // num_heads[0]), 700), min_len=1)
+        # the interpreter's cost grows with heads x tokens; one sequence longer than 16 keeps the launch prefill-shaped
+        seqlens_q, seqlens_k = _varlen(batch, scaled(max(20, 560 // num_heads[0]), 700), min_len=1)
+        seqlens_q[0] = max(seqlens_q[0], 17)
+        seqlens_k[0] = max(seqlens_k[0], seqlens_q[0])
     else:
         seqlens_q, seqlens_k = [1] * batch, random_seqlens(batch, scaled(150, 4000))
     inputs = make_inputs(seqlens_q, seqlens_k, num_heads=num_heads, head_size=64, dtype=torch.bfloat16)
