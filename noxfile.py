@@ -203,15 +203,34 @@ def crosscompile(session: nox.Session, triton: str) -> None:
 
 @nox.session(python=VENV, reuse_venv=True, tags=["ci"], default=False)
 def ci_checks(session: nox.Session) -> None:
-    """Validate the CI wiring: Buildkite pipeline schema, shellcheck ci/*.sh and .ci/run, pytest tests/ci."""
+    """Validate the CI wiring: Buildkite pipeline schema, shellcheck ci/*.sh and .ci/run, pytest tests/ci.
+
+    Also the asv suite (owned by the asv engineer, issue 5): `asv check`, and tests/asv, which builds the site from
+    the committed results and opens it in headless Chromium (installed here with apt-get when missing).
+    """
     if not EXISTING_ENV:
-        session.install(*CI_TOOLS, f"triton=={TRITON_CI}", "numpy", "pytest")
+        session.install(*CI_TOOLS, f"triton=={TRITON_CI}", "numpy", "pytest", ASV)
     session.run("check-jsonschema", "--builtin-schema", "vendor.buildkite", ".buildkite/pipeline.yml")
     scripts = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "ci").glob("*.sh"))
     session.run("shellcheck", "--severity=style", *scripts, ".ci/run")
+    # asv (issue 5): the benchmark suite imports and is well-formed (no torch needed); tests/asv needs a browser
+    python = python_exe(session)
+    session.run(python, "-m", "asv", "check", "--config", str(ASV_CONF), "-E", f"existing:{python}")
+    install_chromium(session)
     # --noconftest: these tests need neither torch nor the interpreter set-up of tests/conftest.py
-    args = ["--noconftest", "-p", "no:cacheprovider", "tests/ci", *session.posargs]
-    run_pytest(session, args, {"TRITON_INTERPRET": None})
+    args = ["--noconftest", "-p", "no:cacheprovider", "tests/ci", "tests/asv", *session.posargs]
+    run_pytest(session, args, {"TRITON_INTERPRET": None, "TRITONFA_REQUIRE_BROWSER": "1"})
+
+
+def install_chromium(session: nox.Session) -> None:
+    """Debian's chromium for tests/asv (asv site in a headless browser): apt-get install when absent and root."""
+    if shutil.which("chromium"):
+        return
+    if os.geteuid() != 0 or not shutil.which("apt-get"):
+        session.error("tests/asv needs chromium: apt-get install -y chromium (Debian), or put one on PATH")
+    apt_env = {"DEBIAN_FRONTEND": "noninteractive"}
+    session.run("apt-get", "update", "-qq", env=apt_env, external=True)
+    session.run("apt-get", "install", "-y", "-qq", "chromium", env=apt_env, external=True)
 
 
 @nox.session(python=VENV, reuse_venv=True, default=False)
@@ -313,10 +332,16 @@ def asv(session: nox.Session) -> None:
             ["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True
         ).stdout.strip()
     )
+    # one series per card (H100, H200, MI300X apart): unless TRITONFA_ASV_MACHINE names it, the GPU's name as a slug,
+    # added with os/cpu/ram to ~/.asv-machine.json by asv_bench/record.py (`asv machine --yes` stores the name only)
     machine = os.environ.get("TRITONFA_ASV_MACHINE")
-    session.run("asv", "machine", "--yes", "--config", conf, *(["--machine", machine] if machine else []))
+    if machine:
+        session.run("asv", "machine", "--yes", "--config", conf, "--machine", machine)
+    else:
+        named = session.run(python_exe(session), "asv_bench/record.py", "machine-name", "--write", silent=True)
+        machine = str(named).strip().splitlines()[-1]
     session.run("asv", "run", "--config", conf, "-E", f"existing:{python_exe(session)}", "--set-commit-hash", commit,
-                *(["--machine", machine] if machine else []), *session.posargs)  # fmt: skip
+                "--machine", machine, *session.posargs)  # fmt: skip
 
 
 @nox.session(python=VENV, reuse_venv=True, default=False)
@@ -328,4 +353,7 @@ def asv_publish(session: nox.Session) -> None:
         session.skip("asv_bench/results has no results to publish yet")
     if not EXISTING_ENV:
         session.install(ASV)
-    session.run("asv", "publish", "--config", conf, *session.posargs)
+    elif not has_module(session, "asv"):
+        session.run(python_exe(session), "-m", "pip", "install", ASV)
+    # asv publish + the site's JS/CSS served from asv_bench/site_vendor instead of CDNs (renders offline)
+    session.run(python_exe(session), "asv_bench/publish.py", "--config", conf, *session.posargs)
