@@ -2,7 +2,7 @@
 
 Three steps; only the first needs git:
 
-  1. host:    python asv_bench/record.py stage [REV ...] [--range A..B] [--wheels]
+  1. host:    python asv_bench/record.py stage [REV ...] [--range HEAD | A..B] [--wheels]
      Writes asv_bench/.stage/ (git-ignored, ~100 KB per commit): each commit's `kernel/` (git archive),
      commits.json (full hash, author date in ms as asv's git backend reads it, subject; branch tips), and with
      --wheels the asv wheels for the GPU image's Python 3.12 (asv is not installed there).
@@ -16,8 +16,14 @@ Three steps; only the first needs git:
      card. --cpu-smoke runs the same pipeline in Triton's interpreter under the machine name cpu-interpreter.
   3. host:    python asv_bench/record.py unpack asv-results-<machine>.tar.gz    then commit asv_bench/results.
 
-`machine-name [--write]` prints the slug and with --write adds it to ~/.asv-machine.json (used by `nox -s asv`). Exit status of `run`: 0 when every asv run succeeded, 1 when
-a commit could not be installed or asv failed, 2 when some benchmark failed (its result is recorded as failed).
+`machine-name [--write]` prints the slug, and with --write adds it to ~/.asv-machine.json (`nox -s asv` uses it).
+Exit status of `run`: 0 when every asv run succeeded, 1 when a commit could not be installed or asv failed, 2 when
+some benchmark failed (its result is recorded as failed).
+
+The GPU (device tool, one call of at most 10 minutes; see README "Performance history (asv)"):
+  carry ["asv_bench/.stage"]; command:
+    python3 asv_bench/record.py run --install-wheels --commits SHA1,SHA2 --quick 2>&1 | tee $OUT/record.log
+
 """
 
 from __future__ import annotations
@@ -40,7 +46,7 @@ RECORD_CONF = HERE / "asv.record.conf.json"
 RESULTS = HERE / "results"
 ASV = "asv==0.6.6"
 # asv's runtime imports on the GPU image (which has packaging, pyyaml, tabulate, zipp); virtualenv is optional
-WHEELS = [ASV, "asv-runner==0.3.2", "json5==0.17.3", "importlib-metadata==10.2.0"]
+WHEELS = [ASV, "asv-runner==0.3.2", "json5==0.17.3", "importlib-metadata==8.7.0"]  # 8.7: needs only zipp
 # with --range: commits that changed the kernel package, not only the measuring side (this checkout's copies of
 # workloads.py, reference.py and bench.py measure every commit)
 DEFAULT_PATHS = ["kernel/src"] + [f":(exclude)kernel/src/tritonfa/{n}.py" for n in ("workloads", "reference", "bench")]
