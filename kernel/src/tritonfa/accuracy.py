@@ -1,0 +1,1050 @@
+"""fp8 error study of the attention forward: `python -m tritonfa.accuracy`.
+
+Relative L2 error of the output against a float64 reference (`tritonfa.reference`, on the bf16 inputs a model
+would hand the kernel) for
+
+- modes: `bf16` (baseline), `fp8kv` (bf16 q, fp8 K/V cache), `fp8qkv` (fp8 q, K and V), per-tensor scales
+  (descale = amax / fp8 max, the best a static per-layer scale can do);
+- P (softmax probabilities) handling, the `strategy`:
+  `p16`        P kept in 16 bits (bf16 with a bf16 q, fp16 with an fp8 q), V upcast: no P quantization;
+  `calibrated` (a) one fixed scale calibrated offline, as the seed (vLLM 0.9's Triton FAv2 with a checkpoint
+               `prob_scale`): fp8_max / amax, amax = the largest softmax probability seen on a calibration draw;
+  `per_tile`   (b) a scale per (row, KV tile) from the row maximum of the tile: fp8_max / max_j P_ij, the tile's
+               PV product rescaled by its inverse before it joins the fp32 accumulator;
+  `pow2`       (c) a fixed power of two, the largest <= fp8 max (256 for e4m3fn): what tritonfa's kernel does,
+               and FlashAttention-3 (exp2 offset of 8);
+  `unscaled`   P cast to fp8 as is (scale 1), what vLLM 0.24's TRITON_ATTN does with an fp8 q: a reference point.
+- input scenarios meant to look like a model's attention: Gaussian, outlier channels in K, large logits, an
+  attention sink (a key with a huge logit and a near-zero value, as LLMs put on the first token), and a long
+  context with a sink (decode-like: few queries at the end of a long KV).
+
+The kernel implements `bf16/p16`, `fp8kv/pow2` and `fp8qkv/pow2`; every other combination is measured with
+`emulate_attention`, a torch re-implementation of the kernel's blocked online softmax (same BLOCK_N tiling, same
+running max in the log2 domain, P rounded at the same point, same epilogue), and the kernel's own combinations are
+measured both ways: the emulation is trusted for the others because it matches the kernel on these.
+
+CPU (no GPU visible): the kernel runs in Triton's interpreter at a small scale (this module switches the
+interpreter on and applies the same interpreter fixes as tests/conftest.py). GPU: full size (32/8 heads, D 128,
+4k prefill, 32k context). Writes fp8_error_table.json and fp8_error_table.md (to --out-dir and to $OUT if set).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import datetime
+import functools
+import json
+import math
+import os
+import platform
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+LOG2E = 1.4426950408889634
+
+FP8_NAMES = {
+    "e4m3fn": torch.float8_e4m3fn,
+    "e5m2": torch.float8_e5m2,
+    "e4m3fnuz": torch.float8_e4m3fnuz,
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Mode:
+    name: str
+    q_fp8: bool
+    kv_fp8: bool
+    label: str
+
+
+MODES = {
+    "bf16": Mode("bf16", False, False, "bf16 q/k/v"),
+    "fp8kv": Mode("fp8kv", False, True, "fp8 KV, bf16 q"),
+    "fp8qkv": Mode("fp8qkv", True, True, "fp8 q/k/v"),
+}
+FP8_MODES = ("fp8kv", "fp8qkv")
+STRATEGIES = ("p16", "calibrated", "per_tile", "pow2", "unscaled")
+FP8_P_STRATEGIES = ("calibrated", "per_tile", "pow2")  # the candidates for the kernel's default
+STRATEGY_LABELS = {
+    "p16": "16-bit P",
+    "calibrated": "(a) fixed calibrated",
+    "per_tile": "(b) per-tile row max",
+    "pow2": "(c) fixed 2^k",
+    "unscaled": "unscaled (vLLM TRITON_ATTN, fp8 q)",
+}
+# (mode, strategy) pairs tritonfa's kernel computes: P is quantized with the power of two whenever V is fp8
+KERNEL_ROWS = (("bf16", "p16"), ("fp8kv", "pow2"), ("fp8qkv", "pow2"))
+
+
+def table_rows() -> list[tuple[str, str]]:
+    """Every (mode, strategy) the study measures: the bf16 baseline, then each fp8 mode x each P strategy."""
+    return [("bf16", "p16"), *((mode, strategy) for mode in FP8_MODES for strategy in STRATEGIES)]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Scenarios
+
+
+@dataclasses.dataclass(frozen=True)
+class Sizes:
+    name: str
+    num_q_heads: int
+    num_kv_heads: int
+    head_dim: int
+    prefill: tuple[int, ...]  # causal prefill lengths (Lq = Lk), one per sequence
+    long_q: tuple[int, ...]  # long-context scenario: queries at the end of ...
+    long_k: tuple[int, ...]  # ... this many keys
+    calibration_len: int
+
+
+SIZES = {
+    # Triton's interpreter: a few seconds per kernel call
+    "cpu": Sizes("cpu", 4, 2, 128, (256, 160), (32, 24), (2048, 1200), 256),
+    # Llama-3-8B's attention shape (32 q / 8 kv heads, D 128), 4k prefill, 32k context
+    "gpu": Sizes("gpu", 32, 8, 128, (4096, 3000), (128, 64), (32768, 20000), 2048),
+    # for tests: one tiny case per scenario
+    "tiny": Sizes("tiny", 2, 1, 64, (96,), (16,), (320,), 64),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Scenario:
+    name: str
+    description: str
+    long: bool  # decode-like shape (long_q queries over long_k keys) instead of a causal prefill
+    logit_std: float  # std of the (scaled) attention logits of ordinary keys
+    sink_gap: float | None = None  # sink logit above the ordinary ones: log(Lk) + this; None = no sink
+    sink_value: float = 0.05  # std of the sink's value vector (LLM sinks carry near-zero values)
+    k_outliers: bool = False
+
+
+SCENARIOS = {
+    s.name: s
+    for s in (
+        Scenario("gauss", "q, k, v ~ N(0, 1): logits with std 1", False, 1.0),
+        Scenario(
+            "outlier_k",
+            "K with per-channel offsets and 4/128 outlier channels (x6, offset 10): the per-tensor K scale is set "
+            "by the outliers; logits std ~2",
+            False,
+            1.0,
+            k_outliers=True,
+        ),
+        Scenario("large_logits", "logits with std 4: peaked attention on a few keys", False, 4.0),
+        Scenario(
+            "sink",
+            "attention sink: key 0 scores log(Lk)+2 above the others (logit std 1.5) and has a near-zero value",
+            False,
+            1.5,
+            sink_gap=2.0,
+        ),
+        Scenario("long", "long context: a few queries at the end of a long KV, logit std 1.5", True, 1.5),
+        Scenario(
+            "long_heavy_sink",
+            "long context with a dominant sink (log(Lk)+4.5: ~97% of the mass, as in many LLM heads) whose value "
+            "is ~0 (std 0.002): the output comes from keys whose P are ~1e-6 of the max",
+            True,
+            1.5,
+            sink_gap=4.5,
+            sink_value=0.002,
+        ),
+    )
+}
+
+
+@dataclasses.dataclass
+class Batch:
+    """One varlen batch: bf16 tensors (what a model hands the kernel) and its lengths."""
+
+    q: torch.Tensor  # [total_q, Hq, D] bf16
+    k: torch.Tensor  # [total_k, Hk, D] bf16
+    v: torch.Tensor  # [total_k, Hk, D] bf16
+    seqlens_q: list[int]
+    seqlens_k: list[int]
+
+    def cu_seqlens(self, lengths: list[int]) -> torch.Tensor:
+        cu = [0]
+        for n in lengths:
+            cu.append(cu[-1] + n)
+        return torch.tensor(cu, dtype=torch.int32, device=self.q.device)
+
+    @property
+    def cu_seqlens_q(self) -> torch.Tensor:
+        return self.cu_seqlens(self.seqlens_q)
+
+    @property
+    def cu_seqlens_k(self) -> torch.Tensor:
+        return self.cu_seqlens(self.seqlens_k)
+
+
+def make_batch(scenario: Scenario, sizes: Sizes, seed: int, device, *, calibration: bool = False) -> Batch:
+    """Inputs of `scenario`, drawn on the CPU (same values on every device) and rounded to bf16.
+
+    calibration=True draws a causal prefill from position 0 (how calibration prompts are run) instead.
+    """
+    g = torch.Generator().manual_seed(seed)
+    hq, hk, d = sizes.num_q_heads, sizes.num_kv_heads, sizes.head_dim
+    if calibration:
+        seqlens_q = seqlens_k = [sizes.calibration_len]
+    elif scenario.long:
+        seqlens_q, seqlens_k = list(sizes.long_q), list(sizes.long_k)
+    else:
+        seqlens_q = seqlens_k = list(sizes.prefill)
+    total_q, total_k = sum(seqlens_q), sum(seqlens_k)
+    sigma = math.sqrt(scenario.logit_std)  # q.k / sqrt(D) has std sigma_q * sigma_k
+    q = torch.randn(total_q, hq, d, generator=g) * sigma
+    k = torch.randn(total_k, hk, d, generator=g) * sigma
+    v = torch.randn(total_k, hk, d, generator=g)
+    if scenario.k_outliers:
+        # real K caches: a constant offset per channel (it shifts every logit of a row alike) and a few channels
+        # one to two orders of magnitude above the rest, which q mostly ignores
+        offsets = torch.randn(hk, d, generator=g)
+        channels = torch.randperm(d, generator=g)[:4]
+        k = k + offsets
+        signs = torch.where(torch.rand(hk, len(channels), generator=g) < 0.5, -1.0, 1.0)
+        k[:, :, channels] = k[:, :, channels] * 6.0 + 10.0 * signs
+        q[:, :, channels] *= 0.15
+        v[:, :, channels[:2]] *= 4.0
+    if scenario.sink_gap is not None:
+        # a direction u that ordinary keys lack; every query has a fixed component `a` along it and key 0 of each
+        # sequence is b * u, so its logit is a * b / sqrt(D) exactly, the same for every query
+        u = torch.randn(d, generator=g)
+        u = u / u.norm()
+        k = k - (k @ u)[..., None] * u
+        q = q - (q @ u)[..., None] * u
+        a = 4.0
+        q = q + a * u
+        start = 0
+        for length in seqlens_k:
+            gap = math.log(length) + scenario.sink_gap
+            k[start] = (gap * math.sqrt(d) / a) * u
+            v[start] = scenario.sink_value * torch.randn(hk, d, generator=g)
+            start += length
+    return Batch(
+        q.to(device=device, dtype=torch.bfloat16),
+        k.to(device=device, dtype=torch.bfloat16),
+        v.to(device=device, dtype=torch.bfloat16),
+        seqlens_q,
+        seqlens_k,
+    )
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Quantization
+
+
+def quantize_per_tensor(x: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """x -> (stored fp8, fp32 0-d descale) with descale = amax / fp8 max: real value = stored * descale."""
+    fp8_max = torch.finfo(dtype).max
+    amax = x.float().abs().amax().clamp_min(1e-12)
+    descale = (amax / fp8_max).to(torch.float32)
+    stored = (x.float() / descale).clamp(-fp8_max, fp8_max).to(dtype)
+    return stored, descale
+
+
+def round_to(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Round an fp32 tensor through `dtype` (fp8: saturating, as Triton's fp32 -> fp8 conversion on NVIDIA)."""
+    if dtype.itemsize == 1:
+        limit = torch.finfo(dtype).max
+        x = x.clamp(-limit, limit)
+    return x.to(dtype).to(torch.float32)
+
+
+def p16_dtype(mode: Mode) -> torch.dtype:
+    """16-bit P: q's type when it is 16-bit (V upcast to it); fp16 with an fp8 q (fp16 holds e4m3 exactly)."""
+    return torch.float16 if mode.q_fp8 else torch.bfloat16
+
+
+@dataclasses.dataclass
+class Inputs:
+    """What one (mode) hands the kernel: stored tensors and descales (None = 1)."""
+
+    q: torch.Tensor
+    k: torch.Tensor
+    v: torch.Tensor
+    q_descale: torch.Tensor | None
+    k_descale: torch.Tensor | None
+    v_descale: torch.Tensor | None
+
+
+def mode_inputs(batch: Batch, mode: Mode, fp8: torch.dtype) -> Inputs:
+    q, k, v = batch.q, batch.k, batch.v
+    q_descale = k_descale = v_descale = None
+    if mode.kv_fp8:
+        k, k_descale = quantize_per_tensor(k, fp8)
+        v, v_descale = quantize_per_tensor(v, fp8)
+    if mode.q_fp8:
+        q, q_descale = quantize_per_tensor(q, fp8)
+    return Inputs(q, k, v, q_descale, k_descale, v_descale)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Emulation of the kernel's blocked online softmax
+
+
+@contextlib.contextmanager
+def full_fp32_matmul():
+    """No TF32 in fp32 matmuls on the GPU (the emulation's dots must be plain fp32 sums of exact products)."""
+    matmul = torch.backends.cuda.matmul
+    flag, full = ("fp32_precision", "ieee") if hasattr(matmul, "fp32_precision") else ("allow_tf32", False)
+    saved = getattr(matmul, flag)
+    setattr(matmul, flag, full)
+    try:
+        yield
+    finally:
+        setattr(matmul, flag, saved)
+
+
+def kernel_block_n(inputs: Inputs, max_seqlen_q: int, device: torch.device) -> int:
+    """BLOCK_N the launcher picks for these inputs (same rule as kernels/attention.py: padded head size with a
+    floor of 32 for fp8, widest element size, decode bucket of max_seqlen_q)."""
+    import triton
+
+    from tritonfa.configs import detect_arch, select_config
+
+    tensors = (inputs.q, inputs.k, inputs.v)
+    floor = 32 if any(t.element_size() == 1 for t in tensors) else 16
+    block_d = max(triton.next_power_of_2(max(inputs.q.shape[-1], inputs.v.shape[-1])), floor)
+    element_bytes = max(t.element_size() for t in tensors)
+    return select_config(detect_arch(device), block_d, max_seqlen_q, element_bytes).block_n
+
+
+def _scalar(t: torch.Tensor | None, device) -> torch.Tensor:
+    return torch.ones((), dtype=torch.float32, device=device) if t is None else t.reshape(()).float()
+
+
+def emulate_attention(
+    inputs: Inputs,
+    seqlens_q: list[int],
+    seqlens_k: list[int],
+    *,
+    strategy: str,
+    block_n: int,
+    p_dtype: torch.dtype,
+    calibrated_scale: float | None = None,
+    softmax_scale: float | None = None,
+    out_dtype: torch.dtype = torch.bfloat16,
+) -> torch.Tensor:
+    """Causal attention computed the way tritonfa's kernel computes it, in torch, with P handled per `strategy`.
+
+    Per sequence and KV tile of `block_n` keys (tiles start at multiples of block_n, like the kernel's loop):
+    s = fp32(q . k) * fp32(softmax_scale * q_descale * k_descale * log2 e); m_new = max(m, rowmax s);
+    alpha = exp2(m - m_new); p = exp2(s - m_new); l = l * alpha + rowsum p; acc = acc * alpha + round(p) . v.
+    Epilogue: acc * (1 / l) [* 1 / P scale] [* v_descale], rounded to out_dtype. `p_dtype` is the fp8 type P is
+    rounded to (V's) or a 16-bit type for strategy "p16". Dots are fp32 sums of exact products, as on the
+    interpreter; tensor-core accumulation order (and Hopper's reduced-precision fp8 accumulation) is not modelled.
+    """
+    q, k, v = inputs.q, inputs.k, inputs.v
+    device = q.device
+    num_q_heads, head_dim = q.shape[1], q.shape[2]
+    group = num_q_heads // k.shape[1]
+    scale = 1.0 / math.sqrt(head_dim) if softmax_scale is None else softmax_scale
+    # the kernel: qk_scale = softmax_scale * q_descale * k_descale (fp32), then scores * (qk_scale * LOG2E)
+    qk_scale = torch.tensor(scale, dtype=torch.float32, device=device)
+    qk_scale = qk_scale * _scalar(inputs.q_descale, device) * _scalar(inputs.k_descale, device)
+    score_factor = qk_scale * torch.tensor(LOG2E, dtype=torch.float32, device=device)
+    fp8_p = strategy != "p16"
+    fp8_max = torch.finfo(p_dtype).max if fp8_p else 1.0
+    fixed_scale = {"pow2": _pow2_p_scale(p_dtype) if fp8_p else 1.0, "calibrated": calibrated_scale,
+                   "unscaled": 1.0}.get(strategy)  # fmt: skip
+    if strategy == "calibrated" and calibrated_scale is None:
+        raise ValueError("strategy 'calibrated' needs calibrated_scale")
+    if strategy not in STRATEGIES:
+        raise ValueError(f"unknown strategy {strategy!r}; known: {STRATEGIES}")
+
+    out = torch.empty(q.shape[0], num_q_heads, v.shape[-1], dtype=out_dtype, device=device)
+    q_start = k_start = 0
+    with full_fp32_matmul():
+        for len_q, len_k in zip(seqlens_q, seqlens_k):
+            q_seq = q[q_start : q_start + len_q].float().transpose(0, 1)  # [Hq, Lq, D]
+            k_seq = k[k_start : k_start + len_k].float().repeat_interleave(group, dim=1).transpose(0, 1)  # [Hq, Lk, D]
+            v_seq = v[k_start : k_start + len_k].float().repeat_interleave(group, dim=1).transpose(0, 1)
+            i_q = torch.arange(len_q, device=device)[:, None] + (len_k - len_q)  # aligned key position of query i
+            m = torch.full((num_q_heads, len_q), -math.inf, device=device)
+            l = torch.zeros(num_q_heads, len_q, device=device)
+            acc = torch.zeros(num_q_heads, len_q, v.shape[-1], device=device)
+            for start in range(0, len_k, block_n):
+                i_k = torch.arange(start, min(start + block_n, len_k), device=device)[None, :]
+                s = torch.matmul(q_seq, k_seq[:, start : start + block_n].transpose(1, 2)) * score_factor
+                s = s.masked_fill(~(i_k <= i_q), -math.inf)  # [Hq, Lq, BN]
+                m_new = torch.maximum(m, s.amax(-1))
+                m_safe = torch.where(m_new == -math.inf, 0.0, m_new)
+                alpha = torch.exp2(m - m_safe)
+                p = torch.exp2(s - m_safe[..., None])
+                l = l * alpha + p.sum(-1)
+                acc = acc * alpha[..., None]
+                v_tile = v_seq[:, start : start + block_n]
+                if not fp8_p:
+                    acc = acc + torch.matmul(round_to(p, p_dtype), v_tile)
+                elif strategy == "per_tile":
+                    row_max = p.amax(-1, keepdim=True)  # = exp2(tile max - m_new) <= 1
+                    tile_scale = torch.where(row_max > 0, fp8_max / row_max, 1.0)
+                    acc = acc + torch.matmul(round_to(p * tile_scale, p_dtype), v_tile) * (1.0 / tile_scale)
+                else:
+                    acc = acc + torch.matmul(round_to(p * fixed_scale, p_dtype), v_tile)
+                m = m_new
+            l_safe = torch.where(l == 0.0, 1.0, l)
+            factor = 1.0 / l_safe
+            if fp8_p and strategy != "per_tile":
+                factor = factor * torch.tensor(1.0 / fixed_scale, dtype=torch.float32, device=device)
+            factor = factor * _scalar(inputs.v_descale, device)
+            out[q_start : q_start + len_q] = (acc * factor[..., None]).transpose(0, 1).to(out_dtype)
+            q_start += len_q
+            k_start += len_k
+    return out
+
+
+def _pow2_p_scale(dtype: torch.dtype) -> float:
+    from tritonfa.fp8 import p_scale
+
+    return p_scale(dtype)
+
+
+def calibrate_prob_amax(scenario: Scenario, sizes: Sizes, seed: int, device) -> float:
+    """Largest softmax probability on a calibration draw (a causal prefill from position 0, as calibration prompts
+    run), the statistic a Quark-style calibration stores as the P quantizer's amax. Row 0 sees only key 0, so with
+    causal prompts this is 1.0: the seed's calibrated scale is fp8_max / 1."""
+    batch = make_batch(scenario, sizes, seed, device, calibration=True)
+    q = batch.q.double().transpose(0, 1)
+    k = batch.k.double().repeat_interleave(sizes.num_q_heads // sizes.num_kv_heads, dim=1).transpose(0, 1)
+    length = batch.seqlens_q[0]
+    s = torch.matmul(q, k.transpose(1, 2)) / math.sqrt(sizes.head_dim)
+    causal = torch.ones(length, length, dtype=torch.bool, device=device).tril()
+    probs = torch.softmax(s.masked_fill(~causal, -math.inf), dim=-1)
+    return float(probs.amax())
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Measurements
+
+
+def reference_output(batch: Batch) -> torch.Tensor:
+    from tritonfa.reference import attention_reference
+
+    return attention_reference(
+        batch.q, batch.k, batch.v, max(batch.seqlens_q), batch.cu_seqlens_q, max(batch.seqlens_k),
+        batch.cu_seqlens_k, causal=True, compute_dtype=torch.float64,
+    )  # fmt: skip
+
+
+def kernel_output(batch: Batch, inputs: Inputs) -> torch.Tensor:
+    """tritonfa's kernel on the mode's inputs (one KV split, as the emulation)."""
+    from tritonfa import flash_attn_varlen_func
+
+    return flash_attn_varlen_func(
+        inputs.q, inputs.k, inputs.v, max(batch.seqlens_q), batch.cu_seqlens_q, max(batch.seqlens_k),
+        batch.cu_seqlens_k, causal=True, q_descale=inputs.q_descale, k_descale=inputs.k_descale,
+        v_descale=inputs.v_descale, num_splits=1,
+    )  # fmt: skip
+
+
+@dataclasses.dataclass
+class Error:
+    rel_l2: float  # ||out - ref|| / ||ref|| over the whole output
+    row_p99: float  # 99th percentile over (token, head) rows of the row's relative L2 error
+
+    def as_dict(self) -> dict:
+        return {"rel_l2": self.rel_l2, "row_p99": self.row_p99}
+
+
+def relative_error(out: torch.Tensor, ref: torch.Tensor) -> Error:
+    diff = out.double() - ref
+    rel_l2 = (diff.norm() / ref.norm().clamp_min(1e-300)).item()
+    row_ref = ref.norm(dim=-1).flatten()
+    row_err = diff.norm(dim=-1).flatten()
+    keep = row_ref > 1e-3 * row_ref.square().mean().sqrt()  # rows whose reference is not ~0
+    rows = (row_err[keep] / row_ref[keep]).float()
+    row_p99 = torch.quantile(rows.cpu(), 0.99).item() if rows.numel() else float("nan")
+    return Error(rel_l2, row_p99)
+
+
+@dataclasses.dataclass
+class Row:
+    scenario: str
+    mode: str
+    strategy: str
+    emulated: Error
+    kernel: Error | None = None
+    kernel_vs_emulation: float | None = None  # ||kernel - emulation|| / ||ref||
+    p_scale: float | None = None
+    p_error: float | None = None  # ||emulated - emulated with 16-bit P|| / ||ref||: what P quantization adds
+
+    def as_dict(self) -> dict:
+        return {
+            "scenario": self.scenario,
+            "mode": self.mode,
+            "strategy": self.strategy,
+            "kernel_implements": (self.mode, self.strategy) in KERNEL_ROWS,
+            "p_scale": self.p_scale,
+            "emulated": self.emulated.as_dict(),
+            "kernel": self.kernel.as_dict() if self.kernel else None,
+            "kernel_vs_emulation": self.kernel_vs_emulation,
+            "p_error": self.p_error,
+        }
+
+
+def measure_scenario(
+    scenario: Scenario,
+    sizes: Sizes,
+    fp8: torch.dtype,
+    device: torch.device,
+    *,
+    seed: int,
+    run_kernel: bool,
+    rows: list[tuple[str, str]] | None = None,
+) -> tuple[list[Row], dict]:
+    """Every requested (mode, strategy) on one scenario; returns the rows and facts about the inputs."""
+    batch = make_batch(scenario, sizes, seed, device)
+    ref = reference_output(batch)
+    amax = calibrate_prob_amax(scenario, sizes, seed + 7919, device)
+    calibrated = torch.finfo(fp8).max / amax
+    facts = {
+        "seqlens_q": batch.seqlens_q,
+        "seqlens_k": batch.seqlens_k,
+        "calibration_prob_amax": amax,
+        "logit_std": _logit_std(batch),
+    }
+    if scenario.sink_gap is not None:
+        facts["sink_mass_mean"] = _sink_mass(batch)
+    out_rows = []
+    wanted = rows or table_rows()
+    for mode_name in dict.fromkeys(m for m, _ in wanted):
+        mode = MODES[mode_name]
+        inputs = mode_inputs(batch, mode, fp8)
+        block_n = kernel_block_n(inputs, max(batch.seqlens_q), device)
+        facts.setdefault("block_n", {})[mode_name] = block_n
+        kernel_out = p16_out = None
+        # 16-bit P first: the other strategies' P-quantization error is measured against it
+        strategies = sorted((s for m, s in wanted if m == mode_name), key=lambda s: s != "p16")
+        for strategy in strategies:
+            p_dtype = p16_dtype(mode) if strategy == "p16" else fp8
+            p_scale = {"calibrated": calibrated, "pow2": _pow2_p_scale(fp8), "unscaled": 1.0}.get(strategy)
+            if strategy == "p16" and mode.kv_fp8:
+                p_scale = None
+            emulated = emulate_attention(
+                inputs, batch.seqlens_q, batch.seqlens_k, strategy=strategy, block_n=block_n, p_dtype=p_dtype,
+                calibrated_scale=calibrated,
+            )  # fmt: skip
+            row = Row(scenario.name, mode_name, strategy, relative_error(emulated, ref), p_scale=p_scale)
+            if strategy == "p16":
+                p16_out = emulated
+            elif p16_out is not None:
+                row.p_error = ((emulated.double() - p16_out.double()).norm() / ref.norm()).item()
+            if run_kernel and (mode_name, strategy) in KERNEL_ROWS:
+                if kernel_out is None:
+                    kernel_out = kernel_output(batch, inputs)
+                row.kernel = relative_error(kernel_out, ref)
+                row.kernel_vs_emulation = ((kernel_out.double() - emulated.double()).norm() / ref.norm()).item()
+            out_rows.append(row)
+    return out_rows, facts
+
+
+def _logit_std(batch: Batch) -> float:
+    """Std of q.k / sqrt(D) over the first sequence's visible (causal) pairs, first KV head group, sink excluded."""
+    len_q, len_k = batch.seqlens_q[0], batch.seqlens_k[0]
+    q = batch.q[:len_q, 0].double()
+    k = batch.k[1:len_k, 0].double()
+    s = q @ k.T / math.sqrt(q.shape[-1])
+    visible = torch.arange(1, len_k, device=s.device)[None, :] <= torch.arange(len_q, device=s.device)[:, None] + (
+        len_k - len_q
+    )
+    return float(s[visible].std()) if visible.any() else float("nan")
+
+
+def _sink_mass(batch: Batch) -> float:
+    """Mean softmax probability on key 0 over the first sequence's queries (head 0)."""
+    len_q, len_k = batch.seqlens_q[0], batch.seqlens_k[0]
+    q = batch.q[:len_q, 0].double()
+    k = batch.k[:len_k, 0].double()
+    s = q @ k.T / math.sqrt(q.shape[-1])
+    visible = torch.arange(len_k, device=s.device)[None, :] <= torch.arange(len_q, device=s.device)[:, None] + (
+        len_k - len_q
+    )
+    return float(torch.softmax(s.masked_fill(~visible, -math.inf), -1)[:, 0].mean())
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Summary, recommendation, output
+
+
+def geomean(values: list[float]) -> float:
+    values = [v for v in values if v > 0 and math.isfinite(v)]
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
+
+
+def summarize(rows: list[Row]) -> dict:
+    """Per (mode, strategy): geometric mean and worst case over scenarios of the emulated rel. L2 error, and the
+    geometric mean of the error P quantization adds (vs 16-bit P)."""
+    summary = {}
+    for mode, strategy in table_rows():
+        selected = [r for r in rows if (r.mode, r.strategy) == (mode, strategy)]
+        if selected:
+            errors = [r.emulated.rel_l2 for r in selected]
+            p_errors = [r.p_error for r in selected if r.p_error is not None]
+            summary[f"{mode}/{strategy}"] = {
+                "geomean": geomean(errors),
+                "worst": max(errors),
+                "p_error_geomean": geomean(p_errors) if p_errors else None,
+                "p_error_worst": max(p_errors) if p_errors else None,
+            }
+    return summary
+
+
+# Switching the kernel away from (c) must buy at least this much (total error, some fp8 mode)
+GEOMEAN_MARGIN = 0.05
+WORST_MARGIN = 0.10
+
+
+def recommend(rows: list[Row], summary: dict, max_emulation_gap: float) -> tuple[str, list[str]]:
+    """(chosen default strategy, paragraphs): the rule is stated in the text and applied to this run's numbers."""
+
+    def get(mode, strategy, key):
+        value = summary.get(f"{mode}/{strategy}", {}).get(key)
+        return float("nan") if value is None else value
+
+    lines = [
+        f"Rule: the kernel keeps (c), the fixed power of two, unless (a) or (b) lowers the total error of an fp8 mode "
+        f"by at least {GEOMEAN_MARGIN:.0%} (geomean over the scenarios) or its worst scenario by at least "
+        f"{WORST_MARGIN:.0%}. (c) needs no calibration, rescales exactly and costs nothing per tile; (b) costs one "
+        "multiply of the [BLOCK_M, D] PV product per KV tile (the dot can no longer accumulate in place); (a) needs "
+        "a per-layer scale from a calibration run and saturates P when that run saw only probabilities < 1."
+    ]
+    wins: dict[str, str] = {}
+    for mode in FP8_MODES:
+        c_geo, c_worst = get(mode, "pow2", "geomean"), get(mode, "pow2", "worst")
+        for strategy in ("per_tile", "calibrated"):
+            geo, worst = get(mode, strategy, "geomean"), get(mode, strategy, "worst")
+            if geo <= (1 - GEOMEAN_MARGIN) * c_geo or worst <= (1 - WORST_MARGIN) * c_worst:
+                if mode not in wins or geo < get(mode, wins[mode], "geomean"):
+                    wins[mode] = strategy
+        lines.append(
+            f"{MODES[mode].label}: total error geomean / worst: (a) {_pct(get(mode, 'calibrated', 'geomean'))} / "
+            f"{_pct(get(mode, 'calibrated', 'worst'))}, (b) {_pct(get(mode, 'per_tile', 'geomean'))} / "
+            f"{_pct(get(mode, 'per_tile', 'worst'))}, (c) {_pct(c_geo)} / {_pct(c_worst)}; 16-bit P "
+            f"{_pct(get(mode, 'p16', 'geomean'))} / {_pct(get(mode, 'p16', 'worst'))}; unscaled "
+            f"{_pct(get(mode, 'unscaled', 'geomean'))} / {_pct(get(mode, 'unscaled', 'worst'))}. Error added by P "
+            f"quantization alone (geomean / worst): (a) {_pct(get(mode, 'calibrated', 'p_error_geomean'))} / "
+            f"{_pct(get(mode, 'calibrated', 'p_error_worst'))}, (b) {_pct(get(mode, 'per_tile', 'p_error_geomean'))}"
+            f" / {_pct(get(mode, 'per_tile', 'p_error_worst'))}, (c) {_pct(get(mode, 'pow2', 'p_error_geomean'))} / "
+            f"{_pct(get(mode, 'pow2', 'p_error_worst'))}."
+        )
+    if wins:
+        chosen = min(set(wins.values()), key=lambda s: sum(get(m, s, "geomean") for m in FP8_MODES))
+        lines.append(
+            f"Outcome: {STRATEGY_LABELS[chosen]} clears the margin in {', '.join(MODES[m].label for m in wins)}: "
+            f"recommended default: {STRATEGY_LABELS[chosen]}."
+        )
+    else:
+        chosen = "pow2"
+        lines.append(
+            "Outcome: neither (a) nor (b) clears the margin in any fp8 mode: recommended default: keep (c), the "
+            "fixed power of two the kernel uses."
+        )
+    p16, pow2 = get("fp8kv", "p16", "geomean"), get("fp8kv", "pow2", "geomean")
+    if math.isfinite(p16) and math.isfinite(pow2):
+        lines.append(
+            f"fp8 KV with a bf16 q: because V is fp8 the kernel quantizes P there too; 16-bit P (V upcast, as vLLM's "
+            f"TRITON_ATTN does without an fp8 q) would take the geomean error from {_pct(pow2)} to {_pct(p16)}."
+        )
+    if math.isfinite(max_emulation_gap):
+        fp8_errors = [r.emulated.rel_l2 for r in rows if r.mode != "bf16"]
+        lines.append(
+            f"Emulation check: on the kernel's own combinations the emulation differs from the kernel by at most "
+            f"{max_emulation_gap:.2e} of ||ref||, against fp8 errors of {_pct(min(fp8_errors))} and up: the emulated "
+            "rows stand for the kernel's numerics."
+        )
+    return chosen, lines
+
+
+def _pct(x: float) -> str:
+    if not math.isfinite(x):
+        return "n/a"
+    return f"{100 * x:.3g}%"
+
+
+def collect_header(device: torch.device, sizes: Sizes, fp8: torch.dtype, seed: int) -> dict:
+    import triton
+
+    gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else None
+    return {
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "git_commit": _git_commit(),
+        "device": gpu or f"cpu ({platform.processor() or platform.machine()}), Triton interpreter",
+        "interpreter": os.environ.get("TRITON_INTERPRET") == "1",
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "python": platform.python_version(),
+        "scale": sizes.name,
+        "sizes": dataclasses.asdict(sizes),
+        "fp8_dtype": str(fp8).replace("torch.", ""),
+        "seed": seed,
+    }
+
+
+def _git_commit() -> str:
+    try:
+        here = Path(__file__).resolve().parent
+        return subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=here, capture_output=True, text=True, timeout=10
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+def markdown(header: dict, scenario_facts: dict, rows: list[Row], summary: dict, chosen: str, advice: list[str]):
+    scenarios = list(scenario_facts)
+    scale = header["scale"]
+    sizes = header["sizes"]
+    lines = [
+        "# fp8 attention error table",
+        "",
+    ]
+    if header["interpreter"] or scale != "gpu":
+        lines += [
+            f"> **{scale.upper()} / Triton-interpreter scale** ({sizes['num_q_heads']} q / {sizes['num_kv_heads']} "
+            f"kv heads, D {sizes['head_dim']}, prefill {list(sizes['prefill'])}, long context "
+            f"{list(sizes['long_q'])} queries over {list(sizes['long_k'])} keys). The GPU run "
+            "(`python -m tritonfa.accuracy` on the H200, full size) overwrites this file.",
+            "",
+        ]
+    lines += [
+        f"Generated by `python -m tritonfa.accuracy` on {header['device']} ({header['date']}, commit "
+        f"{header['git_commit'] or '?'}, torch {header['torch']}, triton {header['triton']}); fp8 = "
+        f"{header['fp8_dtype']}, per-tensor scales (amax / fp8 max), seed {header['seed']}.",
+        "",
+        "Relative L2 error of the attention output vs a float64 reference on the same bf16 inputs, "
+        "`||out - ref|| / ||ref||`, causal. Emulated = torch emulation of the kernel's blocked online softmax "
+        "(same BLOCK_N tiles, running max, rounding points); kernel = tritonfa's Triton kernel (one KV split).",
+        "",
+        "P strategies: **(a)** one fixed scale calibrated offline (seed): fp8_max / amax(P) over a calibration "
+        "prefill; **(b)** per (row, KV tile) scale fp8_max / rowmax(P_tile); **(c)** fixed power of two "
+        "<= fp8 max (the kernel's, FA3's); *unscaled*: P cast as is (vLLM 0.24 TRITON_ATTN with fp8 q); "
+        "*16-bit P*: no P quantization (bf16 with bf16 q, fp16 with fp8 q).",
+        "",
+        "## Emulated error, all modes x strategies (rel. L2, %)",
+        "",
+        "| mode | P | " + " | ".join(scenarios) + " | geomean | worst |",
+        "|---|---|" + "---|" * (len(scenarios) + 2),
+    ]
+    for mode, strategy in table_rows():
+        cells = []
+        for name in scenarios:
+            row = _find(rows, name, mode, strategy)
+            cells.append(_pct(row.emulated.rel_l2).rstrip("%") if row else "")
+        s = summary.get(f"{mode}/{strategy}", {})
+        cells += [_pct(s.get("geomean", float("nan"))).rstrip("%"), _pct(s.get("worst", float("nan"))).rstrip("%")]
+        marker = " **(kernel)**" if (mode, strategy) in KERNEL_ROWS else ""
+        lines.append(f"| {MODES[mode].label} | {STRATEGY_LABELS[strategy]}{marker} | " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        "## 99th-percentile row error (per token and head, %)",
+        "",
+        "| mode | P | " + " | ".join(scenarios) + " |",
+        "|---|---|" + "---|" * len(scenarios),
+    ]
+    for mode, strategy in table_rows():
+        cells = []
+        for name in scenarios:
+            row = _find(rows, name, mode, strategy)
+            cells.append(_pct(row.emulated.row_p99).rstrip("%") if row else "")
+        lines.append(f"| {MODES[mode].label} | {STRATEGY_LABELS[strategy]} | " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        "## Error added by P quantization alone (‖out − out with 16-bit P‖ / ‖ref‖, %, same mode)",
+        "",
+        "| mode | P | " + " | ".join(scenarios) + " | geomean |",
+        "|---|---|" + "---|" * (len(scenarios) + 1),
+    ]
+    for mode, strategy in table_rows():
+        if strategy == "p16":
+            continue
+        cells = []
+        for name in scenarios:
+            row = _find(rows, name, mode, strategy)
+            cells.append(_pct(row.p_error).rstrip("%") if row and row.p_error is not None else "")
+        geo = summary.get(f"{mode}/{strategy}", {}).get("p_error_geomean")
+        lines.append(
+            f"| {MODES[mode].label} | {STRATEGY_LABELS[strategy]} | " + " | ".join(cells)
+            + f" | {_pct(geo if geo is not None else float('nan')).rstrip('%')} |"
+        )  # fmt: skip
+    kernel_rows = [r for r in rows if r.kernel is not None]
+    if kernel_rows:
+        lines += [
+            "",
+            "## Real kernel vs emulation (the modes the kernel implements)",
+            "",
+            "| scenario | mode | P | kernel rel. L2 | emulated rel. L2 | kernel p99 row | emulated p99 row "
+            "| ‖kernel − emulated‖ / ‖ref‖ |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        for r in kernel_rows:
+            lines.append(
+                f"| {r.scenario} | {MODES[r.mode].label} | {STRATEGY_LABELS[r.strategy]} | {_pct(r.kernel.rel_l2)} "
+                f"| {_pct(r.emulated.rel_l2)} | {_pct(r.kernel.row_p99)} | {_pct(r.emulated.row_p99)} "
+                f"| {r.kernel_vs_emulation:.2e} |"
+            )
+    lines += [
+        "",
+        "## Scenarios",
+        "",
+        "| scenario | description | Lq | Lk | logit std | notes |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name, facts in scenario_facts.items():
+        notes = [f"BLOCK_N {facts.get('block_n')}", f"calibration amax(P) {facts['calibration_prob_amax']:.3g}"]
+        if "sink_mass_mean" in facts:
+            notes.append(f"mean sink probability {facts['sink_mass_mean']:.2f}")
+        lines.append(
+            f"| {name} | {SCENARIOS[name].description} | {facts['seqlens_q']} | {facts['seqlens_k']} "
+            f"| {facts['logit_std']:.2f} | {'; '.join(notes)} |"
+        )
+    lines += ["", f"## Recommendation: {STRATEGY_LABELS[chosen]}", ""]
+    for paragraph in advice:
+        lines += [paragraph, ""]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _find(rows: list[Row], scenario: str, mode: str, strategy: str) -> Row | None:
+    return next((r for r in rows if (r.scenario, r.mode, r.strategy) == (scenario, mode, strategy)), None)
+
+
+def print_table(rows: list[Row], scenarios: list[str]) -> None:
+    head = f"{'mode':<15} {'P':<30}" + "".join(f"{s:>13}" for s in scenarios)
+    print(head)
+    print("-" * len(head))
+    for mode, strategy in table_rows():
+        cells = []
+        for name in scenarios:
+            row = _find(rows, name, mode, strategy)
+            cell = _pct(row.emulated.rel_l2) if row else ""
+            if row and row.kernel is not None:
+                cell += f"|k{_pct(row.kernel.rel_l2)}"
+            cells.append(f"{cell:>13}")
+        print(f"{MODES[mode].label:<15} {STRATEGY_LABELS[strategy]:<30}" + "".join(cells))
+    print("(emulated rel. L2; |kX% = the real kernel on the same inputs)")
+
+
+def run_study(
+    sizes: Sizes,
+    fp8: torch.dtype,
+    device: torch.device,
+    *,
+    scenarios: list[str],
+    seed: int = 0,
+    run_kernel: bool = True,
+    log: Callable[[str], None] = print,
+) -> dict:
+    """The whole study; returns the JSON document (header, scenarios, rows, summary, recommendation)."""
+    header = collect_header(device, sizes, fp8, seed)
+    rows: list[Row] = []
+    facts = {}
+    for index, name in enumerate(scenarios):
+        start = time.perf_counter()
+        scenario_rows, facts[name] = measure_scenario(
+            SCENARIOS[name], sizes, fp8, device, seed=seed + 1000 * index, run_kernel=run_kernel
+        )
+        rows += scenario_rows
+        log(f"[accuracy] {name}: {len(scenario_rows)} rows in {time.perf_counter() - start:.1f} s")
+    summary = summarize(rows)
+    gaps = [r.kernel_vs_emulation for r in rows if r.kernel_vs_emulation is not None]
+    chosen, advice = recommend(rows, summary, max(gaps) if gaps else float("nan"))
+    return {
+        "header": header,
+        "scenarios": facts,
+        "rows": [r.as_dict() for r in rows],
+        "summary": summary,
+        "recommendation": {"strategy": chosen, "text": advice},
+        "_rows": rows,
+    }
+
+
+def write_outputs(document: dict, out_dirs: list[Path]) -> list[Path]:
+    rows = document["_rows"]
+    text = markdown(
+        document["header"], document["scenarios"], rows, document["summary"], document["recommendation"]["strategy"],
+        document["recommendation"]["text"],
+    )  # fmt: skip
+    plain = {k: v for k, v in document.items() if not k.startswith("_")}
+    written = []
+    for out_dir in out_dirs:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        (out_dir / "fp8_error_table.md").write_text(text)
+        (out_dir / "fp8_error_table.json").write_text(json.dumps(plain, indent=1) + "\n")
+        written += [out_dir / "fp8_error_table.md", out_dir / "fp8_error_table.json"]
+    return written
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Triton interpreter fixes for CPU runs (the same three as tests/conftest.py, pinned to triton 3.9; a no-op when
+# the test suite already applied them)
+
+
+def _torch_dtype_of(tl_dtype):
+    import triton.language as tl
+
+    return {
+        tl.float16: torch.float16,
+        tl.bfloat16: torch.bfloat16,
+        tl.float32: torch.float32,
+        tl.float64: torch.float64,
+        tl.float8e4nv: torch.float8_e4m3fn,
+        tl.float8e5: torch.float8_e5m2,
+        tl.float8e4b8: torch.float8_e4m3fnuz,
+        tl.float8e5b16: torch.float8_e5m2fnuz,
+    }.get(tl_dtype)
+
+
+_BITS_VIEW = {1: torch.uint8, 2: torch.int16}
+
+
+def _handle_to_torch(handle) -> torch.Tensor:
+    import numpy as np
+
+    dtype = _torch_dtype_of(handle.dtype.scalar)
+    data = torch.from_numpy(np.ascontiguousarray(handle.data))
+    if dtype.itemsize <= 2 and dtype != torch.float16:
+        data = data.view(_BITS_VIEW[dtype.itemsize])
+    return data.view(dtype)
+
+
+def _torch_to_handle(tensor: torch.Tensor, tl_dtype):
+    from triton.runtime.interpreter import TensorHandle, _get_np_dtype
+
+    if tensor.dtype.itemsize <= 2 and tensor.dtype != torch.float16:
+        tensor = tensor.view(_BITS_VIEW[tensor.dtype.itemsize])
+    return TensorHandle(tensor.numpy().view(_get_np_dtype(tl_dtype)), tl_dtype.scalar)
+
+
+def _is_fp8_or_bf16(tl_dtype) -> bool:
+    return _torch_dtype_of(tl_dtype) is not None and (tl_dtype.is_bf16() or tl_dtype.primitive_bitwidth == 8)
+
+
+def patch_triton_interpreter() -> None:
+    """bf16/fp8 `tl.dot` (triton#11584), casts to fp8 (triton#8322) and to bf16 (truncation) as on a GPU."""
+    import triton.language as tl
+    from triton._C.libtriton import ir
+    from triton.runtime.interpreter import InterpreterBuilder
+
+    if getattr(InterpreterBuilder, "_tritonfa_patched", False):
+        return
+    for name in ("create_dot", "create_fp_to_fp", "cast_impl"):
+        if not callable(getattr(InterpreterBuilder, name, None)):
+            raise RuntimeError(f"triton's InterpreterBuilder.{name} is gone: update tritonfa.accuracy's patches")
+    original_dot = InterpreterBuilder.create_dot
+    original_fp_to_fp = InterpreterBuilder.create_fp_to_fp
+    original_cast = InterpreterBuilder.cast_impl
+
+    def upcast_operand(handle):
+        if not _is_fp8_or_bf16(handle.dtype.scalar):
+            return handle
+        return _torch_to_handle(_handle_to_torch(handle).to(torch.float32), tl.float32)
+
+    @functools.wraps(original_dot)
+    def create_dot(self, a, b, d, *args, **kwargs):
+        return original_dot(self, upcast_operand(a), upcast_operand(b), d, *args, **kwargs)
+
+    @functools.wraps(original_fp_to_fp)
+    def create_fp_to_fp(self, src, dst_type, rounding_mode):
+        src_dtype, dst_dtype = src.dtype.scalar, dst_type.scalar
+        convertible = _torch_dtype_of(src_dtype) is not None and _torch_dtype_of(dst_dtype) is not None
+        if (
+            convertible
+            and rounding_mode != ir.ROUNDING_MODE.RTZ
+            and (_is_fp8_or_bf16(src_dtype) or _is_fp8_or_bf16(dst_dtype))
+        ):
+            return _torch_to_handle(_handle_to_torch(src).to(_torch_dtype_of(dst_dtype)), dst_dtype)
+        return original_fp_to_fp(self, src, dst_type, rounding_mode)
+
+    @functools.wraps(original_cast)
+    def cast_impl(self, src, dst_type):
+        src_dtype, dst_dtype = src.dtype.scalar, dst_type.scalar
+        if dst_dtype.is_bf16() and src_dtype.is_floating() and _torch_dtype_of(src_dtype) is not None:
+            return _torch_to_handle(_handle_to_torch(src).to(torch.bfloat16), dst_dtype)
+        return original_cast(self, src, dst_type)
+
+    InterpreterBuilder.create_dot = create_dot
+    InterpreterBuilder.create_fp_to_fp = create_fp_to_fp
+    InterpreterBuilder.cast_impl = cast_impl
+    InterpreterBuilder._tritonfa_patched = True
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# CLI
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m tritonfa.accuracy", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
+    parser.add_argument(
+        "--size", choices=["auto", *SIZES], default="auto", help="auto: gpu on a GPU, cpu in the interpreter"
+    )
+    parser.add_argument("--scenarios", default=",".join(SCENARIOS), help=f"comma-separated subset of {list(SCENARIOS)}")
+    parser.add_argument("--fp8", choices=list(FP8_NAMES), default="e4m3fn", help="fp8 format of q/k/v and P")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--no-kernel", action="store_true", help="emulation only (skip the real kernel)")
+    parser.add_argument(
+        "--out-dir",
+        type=Path,
+        default=None,
+        help="where fp8_error_table.{md,json} go (default: ./accuracy if it exists, else .); also $OUT when set",
+    )
+    return parser.parse_args(argv)
+
+
+def _reexec_with_interpreter() -> None:
+    """Kernels are decorated when tritonfa is imported, so the interpreter is switched on in a fresh process."""
+    env = dict(os.environ, TRITON_INTERPRET="1", CUDA_VISIBLE_DEVICES="")
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execve(sys.executable, [sys.executable, "-m", "tritonfa.accuracy", *sys.argv[1:]], env)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    use_gpu = args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available())
+    if args.device == "cuda" and not torch.cuda.is_available():
+        print("--device cuda: torch sees no CUDA device", file=sys.stderr)
+        return 2
+    interpreter = os.environ.get("TRITON_INTERPRET") == "1"
+    if use_gpu and interpreter:
+        print("TRITON_INTERPRET=1 is set: unset it to run the kernel on the GPU", file=sys.stderr)
+        return 2
+    if not use_gpu:
+        if not interpreter:
+            _reexec_with_interpreter()
+        patch_triton_interpreter()
+    device = torch.device("cuda" if use_gpu else "cpu")
+    sizes = SIZES[args.size if args.size != "auto" else ("gpu" if use_gpu else "cpu")]
+    fp8 = FP8_NAMES[args.fp8]
+    scenarios = [s for s in args.scenarios.split(",") if s]
+    unknown = set(scenarios) - set(SCENARIOS)
+    if unknown:
+        print(f"unknown scenarios {sorted(unknown)}; known: {list(SCENARIOS)}", file=sys.stderr)
+        return 2
+    run_kernel = not args.no_kernel
+    if run_kernel and use_gpu and fp8 in (torch.float8_e4m3fnuz,) and not torch.version.hip:
+        print("[accuracy] e4m3fnuz is MI300's format: the kernel cannot run it on NVIDIA; emulation only")
+        run_kernel = False
+    document = run_study(sizes, fp8, device, scenarios=scenarios, seed=args.seed, run_kernel=run_kernel)
+    print_table(document["_rows"], scenarios)
+    print()
+    for paragraph in document["recommendation"]["text"]:
+        print(paragraph)
+    out_dir = args.out_dir or (Path("accuracy") if Path("accuracy").is_dir() else Path("."))
+    out_dirs = [out_dir]
+    if os.environ.get("OUT"):
+        out_dirs.append(Path(os.environ["OUT"]))
+    for path in write_outputs(document, out_dirs):
+        print(f"[accuracy] wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
