@@ -301,15 +301,14 @@ def latency(session: nox.Session) -> None:
 
 @nox.session(python=VENV, reuse_venv=True, tags=["gpu"], default=False)
 def lm_eval(session: nox.Session) -> None:
-    """GPU only (placeholder until the accuracy suite): lm-eval through vLLM; args go to `lm_eval --model vllm`."""
+    """GPU only: accuracy/run_lm_eval.py, lm-eval through vLLM for CUSTOM / FLASH_ATTN / TRITON_ATTN x bf16 / fp8 KV /
+    fp8 q/k/v+P on the suite's small model (trained if missing), or `-- --model PATH --tasks NAMES`; args go to it."""
     require_gpu(session)
-    if not session.posargs:
-        session.skip("placeholder: no lm-eval tasks in the repo yet; pass lm_eval arguments after --, e.g. "
-                     "-- --model_args pretrained=PATH,attention_backend=CUSTOM --tasks wikitext")  # fmt: skip
     install_vllm_gpu(session)
     if not EXISTING_ENV or not shutil.which("lm_eval"):
         session.run(python_exe(session), "-m", "pip", "install", LM_EVAL)
-    session.run("lm_eval", "--model", "vllm", *session.posargs, env={"HF_HUB_OFFLINE": "1"})
+    session.run(python_exe(session), "accuracy/run_lm_eval.py", *session.posargs,
+                env={"HF_HUB_OFFLINE": "1", "TRITON_INTERPRET": None})  # fmt: skip
 
 
 def asv_conf_or_skip(session: nox.Session) -> str:
