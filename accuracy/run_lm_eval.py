@@ -184,7 +184,9 @@ def run_native(args, model_args: dict) -> dict:
     llm_kwargs["model"] = llm_kwargs.pop("pretrained")
     llm = LLM(**llm_kwargs)
     tokenizer = llm.get_tokenizer()
-    window = llm.llm_engine.model_config.max_model_len
+    engine = llm.llm_engine
+    model_config = getattr(engine, "model_config", None) or engine.vllm_config.model_config
+    window = model_config.max_model_len
     metrics: dict[str, float] = {}
     tasks = args.tasks.split(",")
     if "tritonfa_stdlib_ppl" in tasks:
