@@ -1,4 +1,4 @@
-"""The interpreter fixes in tests/conftest.py still apply and still matter (triton is pinned for them).
+"""The interpreter fixes (tritonfa.interpreter_fixes, applied by tests/conftest.py) still apply and still matter (triton is pinned for them).
 
 `test_*_is_fixed` fail if a triton upgrade changes the internals the patches wrap (the fix silently stops
 applying); `test_*_bug_still_present` fail once upstream fixes a bug, so the workaround can be dropped.
@@ -88,18 +88,18 @@ def test_fp8_upcast_is_exact(src):
 def test_bf16_dot_bug_still_present(unpatched):
     a, b = torch.randn(16, 16).to(torch.bfloat16), torch.randn(16, 16).to(torch.bfloat16)
     error = (_dot(a, b) - a.float() @ b.float()).abs().max()
-    assert error > 1.0, "triton#11584 looks fixed: drop the create_dot patch in tests/conftest.py"
+    assert error > 1.0, "triton#11584 looks fixed: drop the create_dot patch in tritonfa/interpreter_fixes.py"
 
 
 def test_fp8_downcast_bug_still_present(unpatched):
     x = torch.tensor([0.496] * 16)
     assert not _same_bits(_cast(x, torch.float8_e4m3fn), x.to(torch.float8_e4m3fn)), (
-        "triton#8322 looks fixed: drop the create_fp_to_fp patch in tests/conftest.py"
+        "triton#8322 looks fixed: drop the create_fp_to_fp patch in tritonfa/interpreter_fixes.py"
     )
 
 
 def test_bf16_downcast_truncation_still_present(unpatched):
     x = torch.randn(4096)
     assert not _same_bits(_cast(x, torch.bfloat16), x.to(torch.bfloat16)), (
-        "fp32 -> bf16 casts round to nearest now: drop the cast_impl patch in tests/conftest.py"
+        "fp32 -> bf16 casts round to nearest now: drop the cast_impl patch in tritonfa/interpreter_fixes.py"
     )

@@ -34,7 +34,6 @@ import argparse
 import contextlib
 import dataclasses
 import datetime
-import functools
 import json
 import math
 import os
@@ -882,100 +881,6 @@ def write_outputs(document: dict, out_dirs: list[Path]) -> list[Path]:
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Triton interpreter fixes for CPU runs (the same three as tests/conftest.py, pinned to triton 3.9; a no-op when
-# the test suite already applied them)
-
-
-def _torch_dtype_of(tl_dtype):
-    import triton.language as tl
-
-    return {
-        tl.float16: torch.float16,
-        tl.bfloat16: torch.bfloat16,
-        tl.float32: torch.float32,
-        tl.float64: torch.float64,
-        tl.float8e4nv: torch.float8_e4m3fn,
-        tl.float8e5: torch.float8_e5m2,
-        tl.float8e4b8: torch.float8_e4m3fnuz,
-        tl.float8e5b16: torch.float8_e5m2fnuz,
-    }.get(tl_dtype)
-
-
-_BITS_VIEW = {1: torch.uint8, 2: torch.int16}
-
-
-def _handle_to_torch(handle) -> torch.Tensor:
-    import numpy as np
-
-    dtype = _torch_dtype_of(handle.dtype.scalar)
-    data = torch.from_numpy(np.ascontiguousarray(handle.data))
-    if dtype.itemsize <= 2 and dtype != torch.float16:
-        data = data.view(_BITS_VIEW[dtype.itemsize])
-    return data.view(dtype)
-
-
-def _torch_to_handle(tensor: torch.Tensor, tl_dtype):
-    from triton.runtime.interpreter import TensorHandle, _get_np_dtype
-
-    if tensor.dtype.itemsize <= 2 and tensor.dtype != torch.float16:
-        tensor = tensor.view(_BITS_VIEW[tensor.dtype.itemsize])
-    return TensorHandle(tensor.numpy().view(_get_np_dtype(tl_dtype)), tl_dtype.scalar)
-
-
-def _is_fp8_or_bf16(tl_dtype) -> bool:
-    return _torch_dtype_of(tl_dtype) is not None and (tl_dtype.is_bf16() or tl_dtype.primitive_bitwidth == 8)
-
-
-def patch_triton_interpreter() -> None:
-    """bf16/fp8 `tl.dot` (triton#11584), casts to fp8 (triton#8322) and to bf16 (truncation) as on a GPU."""
-    import triton.language as tl
-    from triton._C.libtriton import ir
-    from triton.runtime.interpreter import InterpreterBuilder
-
-    if getattr(InterpreterBuilder, "_tritonfa_patched", False):
-        return
-    for name in ("create_dot", "create_fp_to_fp", "cast_impl"):
-        if not callable(getattr(InterpreterBuilder, name, None)):
-            raise RuntimeError(f"triton's InterpreterBuilder.{name} is gone: update tritonfa.accuracy's patches")
-    original_dot = InterpreterBuilder.create_dot
-    original_fp_to_fp = InterpreterBuilder.create_fp_to_fp
-    original_cast = InterpreterBuilder.cast_impl
-
-    def upcast_operand(handle):
-        if not _is_fp8_or_bf16(handle.dtype.scalar):
-            return handle
-        return _torch_to_handle(_handle_to_torch(handle).to(torch.float32), tl.float32)
-
-    @functools.wraps(original_dot)
-    def create_dot(self, a, b, d, *args, **kwargs):
-        return original_dot(self, upcast_operand(a), upcast_operand(b), d, *args, **kwargs)
-
-    @functools.wraps(original_fp_to_fp)
-    def create_fp_to_fp(self, src, dst_type, rounding_mode):
-        src_dtype, dst_dtype = src.dtype.scalar, dst_type.scalar
-        convertible = _torch_dtype_of(src_dtype) is not None and _torch_dtype_of(dst_dtype) is not None
-        if (
-            convertible
-            and rounding_mode != ir.ROUNDING_MODE.RTZ
-            and (_is_fp8_or_bf16(src_dtype) or _is_fp8_or_bf16(dst_dtype))
-        ):
-            return _torch_to_handle(_handle_to_torch(src).to(_torch_dtype_of(dst_dtype)), dst_dtype)
-        return original_fp_to_fp(self, src, dst_type, rounding_mode)
-
-    @functools.wraps(original_cast)
-    def cast_impl(self, src, dst_type):
-        src_dtype, dst_dtype = src.dtype.scalar, dst_type.scalar
-        if dst_dtype.is_bf16() and src_dtype.is_floating() and _torch_dtype_of(src_dtype) is not None:
-            return _torch_to_handle(_handle_to_torch(src).to(torch.bfloat16), dst_dtype)
-        return original_cast(self, src, dst_type)
-
-    InterpreterBuilder.create_dot = create_dot
-    InterpreterBuilder.create_fp_to_fp = create_fp_to_fp
-    InterpreterBuilder.cast_impl = cast_impl
-    InterpreterBuilder._tritonfa_patched = True
-
-
-# ---------------------------------------------------------------------------------------------------------------
 # CLI
 
 
@@ -1019,6 +924,8 @@ def main(argv: list[str] | None = None) -> int:
     if not use_gpu:
         if not interpreter:
             _reexec_with_interpreter()
+        from tritonfa.interpreter_fixes import patch_triton_interpreter
+
         patch_triton_interpreter()
     device = torch.device("cuda" if use_gpu else "cpu")
     sizes = SIZES[args.size if args.size != "auto" else ("gpu" if use_gpu else "cpu")]
