@@ -139,7 +139,7 @@ def flash_attn_varlen_func(
     num_seqs = cu_seqlens_q.shape[0] - 1
     if num_seqs < 1:
         raise ValueError(f"cu_seqlens_q must have batch + 1 >= 2 entries, got {cu_seqlens_q.shape[0]}")
-    if paged:
+    if block_table is not None:
         _check_tensor("block_table", block_table, dims=(2,), dtypes=(torch.int32,), device=device)
         if block_table.shape[0] != num_seqs:
             raise ValueError(f"block_table must have batch={num_seqs} rows, got {block_table.shape[0]}")

@@ -544,6 +544,18 @@ def _dot_dtypes(arch: str, q: torch.dtype, k: torch.dtype, v: torch.dtype) -> tu
     return qk, pv
 
 
+def dot_precision(arch: str, qk_dtype: torch.dtype, pv_dtype: torch.dtype) -> str:
+    """`input_precision` of the two dots: full fp32 ("ieee") for fp32 inputs, which the contract computes exactly.
+
+    For 16-bit and fp8 operands the value changes nothing, but Triton still checks it against the target's list:
+    AMD targets other than gfx942 (cdna4, RDNA) accept no "tf32", so "ieee" there; elsewhere "tf32", the value
+    measured on Hopper.
+    """
+    if torch.float32 in (qk_dtype, pv_dtype) or arch in ("cdna4", "rdna"):
+        return "ieee"
+    return "tf32"
+
+
 def attention_forward(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -681,7 +693,7 @@ def attention_forward(
         V_IS_FP8=is_fp8(v.dtype),
         P_SCALE=p_scale(v.dtype) if is_fp8(v.dtype) else 1.0,
         OUT_MAX=out_max,
-        DOT_PRECISION="ieee" if torch.float32 in (qk_dtype, pv_dtype) else "tf32",
+        DOT_PRECISION=dot_precision(arch, qk_dtype, pv_dtype),
         SPLIT_KV=split_kv,
         **config.launch_options(arch),
     )  # fmt: skip
