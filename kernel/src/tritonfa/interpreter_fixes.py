@@ -11,14 +11,58 @@ checks that each fix still applies and that each bug is still there (so a triton
    either side is fp8 or bf16.
 3. casts fp32/fp16 -> bf16 (create_fp_trunc / stores) truncate instead of rounding to nearest even, unlike the
    GPU. Fix: cast_impl converts through torch when the destination is bf16.
+
+Besides the fixes, an opt-in model of a GPU behaviour the interpreter lacks: `sm90_fp8_accumulation()` makes fp8 x fp8
+dots accumulate like Hopper's fp8 tensor cores (see `_sm90_fp8_dot`), so CPU tests can catch kernels that lose
+precision only on H100/H200.
 """
 
+import contextlib
 import functools
 
 import numpy as np
 import torch
 
-__all__ = ["patch_triton_interpreter"]
+__all__ = ["patch_triton_interpreter", "sm90_fp8_accumulation"]
+
+_SM90_FP8 = {"on": False}
+SM90_FP8_K_STEP = 32  # K of one fp8 wgmma instruction
+SM90_FP8_DROPPED_BITS = 10  # of fp32's 23 mantissa bits, the accumulator keeps 13
+
+
+@contextlib.contextmanager
+def sm90_fp8_accumulation(enabled: bool = True):
+    """Within the block, interpreted fp8 x fp8 `tl.dot`s accumulate like Hopper's fp8 wgmma (needs the patches)."""
+    previous = _SM90_FP8["on"]
+    _SM90_FP8["on"] = enabled
+    try:
+        yield
+    finally:
+        _SM90_FP8["on"] = previous
+
+
+def _truncate_mantissa(x: torch.Tensor) -> torch.Tensor:
+    bits = x.contiguous().view(torch.int32)
+    return (bits & ~((1 << SM90_FP8_DROPPED_BITS) - 1)).view(torch.float32)
+
+
+def _sm90_fp8_dot(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, max_num_imprecise_acc: int) -> torch.Tensor:
+    """a @ b + c as Hopper runs an fp8 dot: each 32-deep MMA step adds into the accumulator, which keeps only 13
+    mantissa bits (the low 10 are cut, SageAttention2's measurement), so a sum chained through `c` loses precision
+    step after step. Triton's default on sm_90 (max_num_imprecise_acc = 2**30) never promotes; a positive value N
+    below K adds a fresh partial sum into an exact fp32 accumulator every N elements (the interpreter's own default
+    is 0: read as never, like sm_90)."""
+    k = a.shape[-1]
+    promote_every = max_num_imprecise_acc if 0 < max_num_imprecise_acc < k else None
+    acc = c.clone()
+    partial = torch.zeros_like(c) if promote_every else acc
+    for start in range(0, k, SM90_FP8_K_STEP):
+        step = a[..., start : start + SM90_FP8_K_STEP] @ b[..., start : start + SM90_FP8_K_STEP, :]
+        partial = _truncate_mantissa(partial + step)
+        if promote_every and ((start + SM90_FP8_K_STEP) % promote_every == 0 or start + SM90_FP8_K_STEP >= k):
+            acc = acc + partial
+            partial = torch.zeros_like(c)
+    return acc if promote_every else partial
 
 
 def _torch_dtype_of(tl_dtype):
@@ -80,9 +124,17 @@ def patch_triton_interpreter() -> None:
             return handle
         return _torch_to_handle(_handle_to_torch(handle).to(torch.float32), tl.float32)
 
+    def is_fp8(handle) -> bool:
+        scalar = handle.dtype.scalar
+        return scalar.is_floating() and scalar.primitive_bitwidth == 8
+
     @functools.wraps(original_dot)
-    def create_dot(self, a, b, d, *args, **kwargs):
-        return original_dot(self, upcast_operand(a), upcast_operand(b), d, *args, **kwargs)
+    def create_dot(self, a, b, d, input_precision, max_num_imprecise_acc):
+        if _SM90_FP8["on"] and is_fp8(a) and is_fp8(b) and d.dtype.scalar == tl.float32:
+            a32, b32 = _handle_to_torch(a).float(), _handle_to_torch(b).float()
+            c32 = torch.from_numpy(np.ascontiguousarray(d.data))
+            return _torch_to_handle(_sm90_fp8_dot(a32, b32, c32, max_num_imprecise_acc or 0), tl.float32)
+        return original_dot(self, upcast_operand(a), upcast_operand(b), d, input_precision, max_num_imprecise_acc)
 
     @functools.wraps(original_fp_to_fp)
     def create_fp_to_fp(self, src, dst_type, rounding_mode):
