@@ -11,7 +11,8 @@ export PYTHONPATH="$PWD/kernel/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=
 nvidia-smi -L | tee "$out/card.txt"
 
 echo "== kernel tests on the GPU"
-python3 -m pytest tests/kernel --device cuda -n 8 -q -p no:cacheprovider -rfE 2>&1 | tee "$out/gpu_tests.log" | tail -n 25
+# -v names each failure as it happens, so a run cut off by the call limit still says what failed
+python3 -m pytest tests/kernel --device cuda -n 16 -v --tb=short -p no:cacheprovider -rfE 2>&1 | tee "$out/gpu_tests.log" | grep -E "FAILED|ERROR|passed|failed" | tail -n 40
 
 echo "== compute-sanitizer memcheck (paged, split-KV decode, fp8, masks, varlen)"
 compute-sanitizer --tool memcheck --error-exitcode 99 python3 -m pytest -p no:cacheprovider -p no:xdist -q \
