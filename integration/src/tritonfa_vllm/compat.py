@@ -1,7 +1,7 @@
-"""Everything that differs between the vLLM versions tritonfa_vllm supports (0.24 <= vLLM < 0.34).
+"""Everything that differs between the vLLM versions tritonfa_vllm supports (0.24 <= vLLM < 0.35).
 
-Tested: 0.24.0 (the GPU machine's build; CPU tests and end to end) and 0.33.0 (newest on PyPI that resolves; CPU
-tests). Two differences matter to the backend:
+Tested: 0.24.0 (the GPU machine's build; CPU tests), 0.33.0 and 0.34.0 (newest on PyPI; CPU tests); 0.34 behaves
+like 0.33 below. Two differences matter to the backend:
 
 1. The per-layer KV cache tensor vLLM hands to the backend.
    - 0.24 (and earlier): the shape the backend declares in `get_kv_cache_shape`,
@@ -25,8 +25,8 @@ import torch
 logger = logging.getLogger(__name__)
 
 # [min, max) of vLLM (major, minor); same range as the `vllm` requirement in integration/pyproject.toml.
-SUPPORTED_VLLM = ((0, 24), (0, 34))
-SUPPORTED_RANGE = ">=0.24,<0.34"
+SUPPORTED_VLLM = ((0, 24), (0, 35))
+SUPPORTED_RANGE = ">=0.24,<0.35"
 
 
 def vllm_version() -> tuple[int, int] | None:
