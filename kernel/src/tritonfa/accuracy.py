@@ -31,7 +31,6 @@ interpreter on and applies the same interpreter fixes as tests/conftest.py). GPU
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import datetime
 import json
@@ -288,19 +287,6 @@ def mode_inputs(batch: Batch, mode: Mode, fp8: torch.dtype) -> Inputs:
 # Emulation of the kernel's blocked online softmax
 
 
-@contextlib.contextmanager
-def full_fp32_matmul():
-    """No TF32 in fp32 matmuls on the GPU (the emulation's dots must be plain fp32 sums of exact products)."""
-    matmul = torch.backends.cuda.matmul
-    flag, full = ("fp32_precision", "ieee") if hasattr(matmul, "fp32_precision") else ("allow_tf32", False)
-    saved = getattr(matmul, flag)
-    setattr(matmul, flag, full)
-    try:
-        yield
-    finally:
-        setattr(matmul, flag, saved)
-
-
 def kernel_block_n(inputs: Inputs, max_seqlen_q: int, device: torch.device) -> int:
     """BLOCK_N the launcher picks for these inputs (same rule as kernels/attention.py: padded head size with a
     floor of 32 for fp8, widest element size, decode bucket of max_seqlen_q)."""
@@ -357,6 +343,8 @@ def emulate_attention(
         raise ValueError("strategy 'calibrated' needs calibrated_scale")
     if strategy not in STRATEGIES:
         raise ValueError(f"unknown strategy {strategy!r}; known: {STRATEGIES}")
+
+    from tritonfa.reference import full_fp32_matmul
 
     out = torch.empty(q.shape[0], num_q_heads, v.shape[-1], dtype=out_dtype, device=device)
     q_start = k_start = 0

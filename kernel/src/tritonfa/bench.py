@@ -516,23 +516,6 @@ class ReferenceCheck:
         return (got - self.expected).norm().item() / max(reference_norm, 1e-30)
 
 
-@contextlib.contextmanager
-def _full_fp32_matmul():
-    """No TF32 in the reference's fp32 einsums, whatever an imported peer (vLLM) set globally.
-
-    torch >= 2.9 has `fp32_precision` next to the legacy `allow_tf32`, and reading the legacy flag after the new one
-    was set raises: use the new one where it exists, and put back exactly what was there.
-    """
-    matmul = torch.backends.cuda.matmul
-    flag, full = ("fp32_precision", "ieee") if hasattr(matmul, "fp32_precision") else ("allow_tf32", False)
-    saved = getattr(matmul, flag)
-    setattr(matmul, flag, full)
-    try:
-        yield
-    finally:
-        setattr(matmul, flag, saved)
-
-
 def _exact_float(t: torch.Tensor) -> torch.Tensor:
     """fp8 -> fp32 is exact (the descales still apply); it spares the reference indexing kernels for fp8."""
     return t.float() if t.element_size() == 1 else t
@@ -540,7 +523,7 @@ def _exact_float(t: torch.Tensor) -> torch.Tensor:
 
 def reference_check(case: Case) -> ReferenceCheck:
     """Run `tritonfa.reference` on a subset big enough to catch errors and small enough to take seconds."""
-    from tritonfa.reference import attention_reference
+    from tritonfa.reference import attention_reference, full_fp32_matmul
 
     w = case.workload
     if w.batch <= REFERENCE_MAX_SEQS:
@@ -571,7 +554,7 @@ def reference_check(case: Case) -> ReferenceCheck:
         v = _exact_float(case.v_tokens[:, :kv_heads]).index_select(0, k_rows)
         kwargs = dict(cu_seqlens_k=_cumulative(sub_k, case.device))
     compute_dtype = torch.float64 if case.device.type == "cpu" else torch.float32
-    with _full_fp32_matmul():
+    with full_fp32_matmul():
         expected = attention_reference(
             q, k, v, max(sub_q), _cumulative(sub_q, case.device), max(sub_k), causal=w.causal,
             q_descale=case.q_descale, k_descale=case.k_descale, v_descale=case.v_descale, compute_dtype=compute_dtype,

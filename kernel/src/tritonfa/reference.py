@@ -14,11 +14,12 @@ FA-style oracle (kernel error <= 2 * low-precision-reference error + rounding fl
   P_SCALE, rounded through that fp8 dtype, divided by P_SCALE; the softmax denominator keeps unquantized P.
 """
 
+import contextlib
 import math
 
 import torch
 
-__all__ = ["attention_reference", "fp8_p_scale"]
+__all__ = ["attention_reference", "fp8_p_scale", "full_fp32_matmul"]
 
 
 def fp8_p_scale(dtype: torch.dtype) -> float:
@@ -194,3 +195,20 @@ def attention_reference(
         lse[:, q_start:q_end] = lse_b[..., 0]
 
     return (out, lse) if return_softmax_lse else out
+
+
+@contextlib.contextmanager
+def full_fp32_matmul():
+    """No TF32 in fp32 matmuls on the GPU while the block runs, whatever was set globally (vLLM sets TF32 on).
+
+    torch >= 2.9 has `fp32_precision` next to the legacy `allow_tf32`, and reading the legacy flag after the new one
+    was set raises: use the new one where it exists, and put back exactly what was there.
+    """
+    matmul = torch.backends.cuda.matmul
+    flag, full = ("fp32_precision", "ieee") if hasattr(matmul, "fp32_precision") else ("allow_tf32", False)
+    saved = getattr(matmul, flag)
+    setattr(matmul, flag, full)
+    try:
+        yield
+    finally:
+        setattr(matmul, flag, saved)
