@@ -162,6 +162,15 @@ WORKLOADS: tuple[Workload, ...] = (
     Workload("fp8kv-decode-b64x2048-paged", **_decode(64, 2048), kv_dtype="fp8_e4m3"),
     Workload("decode-b8x32768-paged", **_decode(8, 32768)),
     Workload("mixed-4x512+60-paged", "mixed", seqlens_q=_MIXED_Q, seqlens_k=_MIXED_K, paged=True),
+    # Paged prefill (what vLLM runs: every prefill reads the block cache): compare with prefill-b8x2048-causal.
+    Workload("prefill-b8x2048-causal-paged", "prefill", **_dense(8, 2048), paged=True),
+    Workload("decode-b256x1024-paged", **_decode(256, 1024)),
+    # Speculative decoding: 4 new queries per sequence (still decode-shaped).
+    Workload("decode-q4-b64x2048-paged", "decode", seqlens_q=(4,) * 64, seqlens_k=(2048,) * 64, paged=True),
+    Workload("decode-d64-b64x2048-paged", **_decode(64, 2048), head_dim=64),
+    Workload("decode-d256-b64x2048-paged", **_decode(64, 2048), num_q_heads=16, head_dim=256),
+    Workload("decode-b64x2048-paged-bs1", **_decode(64, 2048), block_size=1),
+    Workload("decode-b64x2048-paged-bs256", **_decode(64, 2048), block_size=256),
 )
 
 
