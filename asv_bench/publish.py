@@ -245,7 +245,9 @@ def landing_note(conf: dict, machines: dict, benchmarks: dict, commits: dict, li
         with_values = [h for h, n in data["commits"].items() if n]
         newest = max(with_values, key=lambda h: commits.get(h, {}).get("date", ""), default=None)
         kind, card, versions = describe_machine(name, data["info"])
-        newest_text = f"<code>{e(newest[:8])}</code> {e(commits.get(newest, {}).get('subject', '')[:60])}" if newest else "—"
+        newest_text = (
+            f"<code>{e(newest[:8])}</code> {e(commits.get(newest, {}).get('subject', '')[:60])}" if newest else "—"
+        )
         rows.append(f"<tr><td><code>{e(name)}</code></td><td>{card}</td><td>{versions}</td><td>{kind}</td>"
                     f"<td>{len(with_values)}</td><td>{newest_text}</td></tr>")  # fmt: skip
     series = []

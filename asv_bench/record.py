@@ -145,7 +145,7 @@ def stage(args: argparse.Namespace) -> int:
             check=True)  # fmt: skip
     size = sum(p.stat().st_size for p in STAGE.rglob("*") if p.is_file())
     log(f"{STAGE.relative_to(REPO)}: {len(manifest['record'])} commits to record, {size / 1e6:.1f} MB; on the "
-        f"device: carry asv_bench/.stage and run `python3 asv_bench/record.py run --install-wheels`")  # fmt: skip
+        f"device: carry asv_bench/.stage and run `python3 asv_bench/record.py run --install-wheels --budget-s 540`")  # fmt: skip
     return 0
 
 

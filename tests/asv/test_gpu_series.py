@@ -76,7 +76,10 @@ def git(*args: str, cwd: Path = ROOT) -> str:
 def main_rev() -> str:
     """main's tip as asv reads it (local main, else origin/main, else this checkout: CI's detached HEAD)."""
     for rev in ("main", "origin/main", "HEAD"):
-        if subprocess.run(["git", "rev-parse", "--verify", "--quiet", rev], cwd=ROOT, capture_output=True).returncode == 0:
+        if (
+            subprocess.run(["git", "rev-parse", "--verify", "--quiet", rev], cwd=ROOT, capture_output=True).returncode
+            == 0
+        ):
             return rev
     pytest.skip("no git history")
 

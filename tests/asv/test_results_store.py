@@ -56,7 +56,9 @@ def values(doc: dict, name: str) -> list:
 
 
 def same(a: list, b: list) -> bool:
-    return len(a) == len(b) and all((x == y) or (isinstance(x, float) and math.isnan(x) and math.isnan(y)) for x, y in zip(a, b))
+    return len(a) == len(b) and all(
+        (x == y) or (isinstance(x, float) and math.isnan(x) and math.isnan(y)) for x, y in zip(a, b)
+    )
 
 
 def test_partial_runs_add_up():
