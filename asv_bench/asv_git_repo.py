@@ -8,15 +8,19 @@ asv 0.6.6 reads the history of each configured branch by name (`git rev-list --f
   build is of that branch (BUILDKITE_BRANCH / BUILDKITE_COMMIT), else from `origin/<branch>` (any clone has it).
   Its name stays `main` on the site (graph paths, the branch parameter), only the commits come from elsewhere.
 - a checkout owned by another user (CI's GPU steps run as root in docker over the agent's checkout): git refuses
-  it ("dubious ownership"). asv's read-only git calls mark this one repository safe (`safe.directory`, passed as
-  command-scope config through the environment).
+  it ("dubious ownership"). asv's read-only git calls mark this one repository safe: `safe.directory` counts only
+  in global (or system) config on the git versions CI images carry, so they get a global config of their own
+  (GIT_CONFIG_GLOBAL) that includes the user's and adds this repository.
 
 A local branch that exists is used as it is, so a developer's clone behaves exactly like plain asv.
 """
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
+import tempfile
 
 from asv.plugins.git import Git
 from asv.repo import NoSuchNameError
@@ -29,16 +33,30 @@ class CheckoutGit(Git):
     def url_match(cls, url):
         return False  # only when asv.conf.json says "dvcs": "tritonfa-git"
 
+    def _global_config(self) -> str:
+        """A global git config: the user's (included) plus this repository as a safe directory."""
+        path = getattr(self, "_safe_config", None)
+        if path is None:
+            folder = tempfile.mkdtemp(prefix="tritonfa-asv-git-")
+            atexit.register(shutil.rmtree, folder, True)
+            home = os.path.expanduser("~")
+            xdg = os.environ.get("XDG_CONFIG_HOME") or os.path.join(home, ".config")
+            user = [
+                os.environ.get("GIT_CONFIG_GLOBAL"),
+                os.path.join(xdg, "git", "config"),
+                os.path.join(home, ".gitconfig"),
+            ]
+            lines = [f"[include]\n\tpath = {p}\n" for p in user if p and os.path.isfile(p)]
+            lines.append(f"[safe]\n\tdirectory = {os.path.abspath(self._path)}\n")
+            path = os.path.join(folder, "gitconfig")
+            with open(path, "w") as f:
+                f.write("".join(lines))
+            self._safe_config = path
+        return path
+
     def _run_git(self, args, cwd=True, **kwargs):
         env = dict(kwargs.pop("env", None) or os.environ)
-        index = int(env.get("GIT_CONFIG_COUNT") or 0)
-        env.update(
-            {
-                "GIT_CONFIG_COUNT": str(index + 1),
-                f"GIT_CONFIG_KEY_{index}": "safe.directory",
-                f"GIT_CONFIG_VALUE_{index}": os.path.abspath(self._path),
-            }
-        )
+        env["GIT_CONFIG_GLOBAL"] = self._global_config()
         return super()._run_git(args, cwd=cwd, env=env, **kwargs)
 
     def _resolves(self, rev: str) -> bool:

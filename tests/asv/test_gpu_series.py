@@ -386,3 +386,20 @@ def test_committed_h200_series_covers_every_kernel_commit():
     wanted = kernel[: newest + 1]
     assert len(wanted) >= MIN_KERNEL_COMMITS, f"{len(wanted)} kernel commits recorded, want >= {MIN_KERNEL_COMMITS}"
     assert not [sha[:8] for sha in wanted if sha not in recorded], "kernel commits without H200 results"
+
+
+def test_git_plugin_reads_a_checkout_owned_by_another_user(tmp_path):
+    """CI's docker steps run as root over the agent's checkout: git calls it dubious, asv's reads must still work."""
+    pytest.importorskip("asv")
+    if os.geteuid() != 0:
+        pytest.skip("needs root (to own a repository by another user)")
+    repo = tmp_path / "repo"
+    git("init", "--quiet", "--initial-branch=main", str(repo))
+    for message in ("one", "two"):
+        git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "--quiet", "--allow-empty", "-m", message, cwd=repo)
+    for path in [repo, *repo.rglob("*")]:
+        os.chown(path, 65534, -1, follow_symlinks=False)  # nobody
+    assert subprocess.run(["git", "rev-parse", "main"], cwd=repo, capture_output=True).returncode != 0, "not dubious"
+    plugin = load("asv_git_repo")
+    reader = plugin.CheckoutGit(str(repo), str(tmp_path / "mirror"))
+    assert len(reader.get_branch_commits("main")) == 2
