@@ -297,7 +297,7 @@ def commits_page(machines: dict, commits: dict, commit_url: str, hash_length: in
         link = f'<a href="{e(commit_url + sha[:hash_length])}">{short}</a>' if external else short
         body = f"<details><summary>message</summary><pre>{e(info['body'])}</pre></details>" if info.get("body") else ""
         rows.append(f'<tr id="{short}"><td><code>{link}</code><br><small><code>{e(sha)}</code></small></td>'
-                    f"<td>{e(info.get('date', '?'))}</td><td>{e(info.get('subject', '(not in this clone)'))}{body}</td>"
+                    f"<td style=\"white-space: nowrap\">{e(info.get('date', '?')[:16].replace('T', ' '))}</td><td>{e(info.get('subject', '(not in this clone)'))}{body}</td>"
                     f"<td>{e(', '.join(sorted(by_commit[sha])))}</td></tr>")  # fmt: skip
     return f"""<!doctype html>
 <html><head><meta charset="utf-8"><title>tritonfa: recorded commits</title>
