@@ -35,8 +35,9 @@ QUICK_ENV = "TRITONFA_ASV_QUICK"
 E2E_KV_ENV = "TRITONFA_ASV_E2E_KV"
 MODES = ("auto", "gpu", "cpu-smoke")
 
-# tritonfa and its reference lines (bench.py names); fa3 is measured only where vLLM's bundle imports (GPU + vLLM)
-IMPLS = ("tritonfa", "sdpa-cudnn", "flex", "fa3")
+# tritonfa and its reference lines (bench.py names); fa3 and vllm-unified only where vLLM imports (GPU + vLLM).
+# A new name adds a parameter value: results recorded before it keep their values (no version bump needed).
+IMPLS = ("tritonfa", "sdpa-cudnn", "flex", "fa3", "vllm-unified")
 
 
 def _load(name: str, path: Path):

@@ -1,4 +1,4 @@
-"""Kernel benchmarks: tritonfa and its reference lines (cuDNN SDPA, FlexAttention, FA3) on `tritonfa.workloads`.
+"""Kernel benchmarks: tritonfa and its reference lines (cuDNN SDPA, FlexAttention, FA3, vLLM unified_attention).
 
 One measurement per (workload, impl) and commit, shared by the three metric classes through one `setup_cache`
 (asv runs a setup_cache once per source location): milliseconds for every workload, TFLOP/s where compute is the
