@@ -23,6 +23,8 @@ def log(message: str) -> None:
 
 @dataclasses.dataclass
 class Row:
+    """One (workload, impl) of the table and the JSON: its numbers and check, or why it has none."""
+
     workload: str
     impl: str
     status: str  # "ok", "wrong" (timed, but failed the reference check), "unsupported", "failed"

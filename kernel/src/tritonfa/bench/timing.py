@@ -22,6 +22,8 @@ from .workloads import Workload
 
 @dataclasses.dataclass(frozen=True)
 class Reps:
+    """How long each timer measures: do_bench's warm-up and repetitions, one graph's length, calls on the CPU."""
+
     warmup_ms: int
     rep_ms: int
     graph_ms: float  # length of one CUDA-graph replay (back-to-back calls)
