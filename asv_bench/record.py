@@ -60,9 +60,10 @@ RESULTS = HERE / "results"
 ASV = "asv==0.6.6"
 # asv's runtime imports on the GPU image (which has packaging, pyyaml, tabulate, zipp); virtualenv is optional
 WHEELS = [ASV, "asv-runner==0.3.2", "json5==0.17.3", "importlib-metadata==8.7.0"]  # 8.7: needs only zipp
-# with --range: commits that changed the kernel package, not only the measuring side (this checkout's copies of
-# workloads.py, reference.py and bench.py measure every commit)
-DEFAULT_PATHS = ["kernel/src"] + [f":(exclude)kernel/src/tritonfa/{n}.py" for n in ("workloads", "reference", "bench")]
+# with --range: commits that changed the kernel package, not only the measuring side (this checkout's bench/ and the
+# reference.py and interpreter_fixes.py it imports measure every commit; bench.py and workloads.py: where bench/ was)
+MEASURING_SIDE = ["bench", "bench.py", "workloads.py", "reference.py", "interpreter_fixes.py"]
+DEFAULT_PATHS = ["kernel/src"] + [f":(exclude)kernel/src/tritonfa/{name}" for name in MEASURING_SIDE]
 CPU_MACHINE = "cpu-interpreter"
 
 

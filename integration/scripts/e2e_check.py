@@ -1,6 +1,6 @@
 """End-to-end agreement of vLLM's CUSTOM backend (tritonfa) with FLASH_ATTN (FA3) and TRITON_ATTN.
 
-Runs on the GPU machine with vLLM 0.24.0 (env: ../shared/gpu-vllm/README.md, section 3):
+Runs on a GPU host with vLLM 0.24.0 (integration/README.md, "GPU scripts"):
 
     python integration/scripts/e2e_check.py --suite llama8b   # dummy Llama-3-8B, bf16 and fp8 KV cache,
                                                               # CUSTOM eager and with CUDA graphs (~4 min)
@@ -17,7 +17,7 @@ the logprobs of the generated tokens while the greedy continuations agree (the d
 Tolerance, relative to the spread between the two vLLM backends themselves ("peer" = TRITON_ATTN vs FLASH_ATTN):
 CUSTOM passes when max |dlogprob| <= 2 x peer max + 0.05 and mean |dlogprob| <= 2 x peer mean + 0.005 (nats), for
 prompt and for decode logprobs; with no peer (one reference only) the bounds are 0.25 (max) and 0.02 (mean).
-Results: a table on stdout and e2e_<suite>.json under $OUT (or ./e2e-results).
+Results: a table on stdout and e2e_<suite>.json in --out (default ./e2e-results).
 """
 
 from __future__ import annotations
@@ -171,6 +171,7 @@ def main() -> int:
     parser.add_argument("--models", help="comma-separated subset of the suite's models")
     parser.add_argument("--jobs", type=int, default=3, help="engines at once on the GPU")
     parser.add_argument("--timeout", type=float, default=480, help="seconds per engine")
+    parser.add_argument("--out", help="folder for the JSON result (default ./e2e-results)")
     # worker-only
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--result", help=argparse.SUPPRESS)
@@ -193,7 +194,7 @@ def main() -> int:
     h.setup_env()
     info = h.gpu_info()
     print(f"e2e_check: {len(jobs)} engines, {args.jobs} at a time; {json.dumps(info)}", flush=True)
-    out = h.out_dir("e2e")
+    out = h.out_dir("e2e", args.out)
     logs = Path(tempfile.mkdtemp(prefix="e2e-logs-"))
     gpu_mem = round(min(0.9, 0.88 / max(args.jobs, 1)), 3)
 

@@ -41,7 +41,7 @@ ARTIFACTS = ROOT / "artifacts" / "asv"
 PROBE = Path(__file__).with_name("probe.html")
 REQUIRE = os.environ.get("TRITONFA_REQUIRE_BROWSER", "") not in ("", "0")
 MIN_COMMITS = 5  # issue 5: the committed results cover at least 5 commits on one machine
-# the machine page's flags (/work/.library/env/machines/python.md): these work headless as root on a closed network
+# flags that let Chromium run headless as root on a machine without network access
 CHROMIUM_FLAGS = [
     "--headless",
     "--no-sandbox",
