@@ -264,7 +264,7 @@ def landing_note(conf: dict, machines: dict, benchmarks: dict, commits: dict, li
         <h2 style="margin-top: 0">tritonfa performance history</h2>
         <p>One point per commit of <code>main</code> on each machine. Click a graph below; its left panel picks the
         <b>machine</b> (compare numbers only within one machine) and the parameters: <b>workload</b>
-        (<code>tritonfa.workloads</code>) and <b>impl</b>: {impls}. The peers are reference lines, measured in the
+        (<code>tritonfa.bench.workloads</code>) and <b>impl</b>: {impls}. The peers are reference lines, measured in the
         same recording runs on the same inputs (where a peer cannot run a workload it has no point). A gap in
         tritonfa's line is a commit whose output failed the reference check or could not run.</p>
         <table {table}>

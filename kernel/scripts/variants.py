@@ -26,10 +26,8 @@ PREFILL_VARIANTS = {
     "default": {},
     "no-tma": {"tma": False},
     "bn128-s2": {"block_n": 128, "num_stages": 2},
-    "bn128-s3": {"block_n": 128, "num_stages": 3},
     "s2": {"num_stages": 2},
     "s4": {"num_stages": 4},
-    "no-pack": {"pack_gqa": False},
     "bm64-w4": {"block_m": 64, "num_warps": 4, "num_stages": 3},
     "fp8q-on": {"fp8_q_for_fp8_kv": True},
 }
@@ -39,9 +37,7 @@ DECODE_VARIANTS = {
     "bn64-s5": {"block_n": 64, "num_stages": 5},
     "bn32-s4": {"block_n": 32, "num_stages": 4},
     "bm64-bn64-s3": {"block_m": 64, "block_n": 64, "num_stages": 3},
-    "bm64-bn128-s2": {"block_m": 64, "block_n": 128, "num_stages": 2},
     "w8": {"num_warps": 8},
-    "w2-bn64-s4": {"num_warps": 2, "block_n": 64, "num_stages": 4},
     "fp8q-on": {"fp8_q_for_fp8_kv": True},
 }
 PLANS = {
@@ -89,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from tritonfa.bench import FULL_REPS, make_case, reference_check, run_impl
-    from tritonfa.workloads import WORKLOADS
+    from tritonfa.bench.workloads import WORKLOADS
 
     by_name = {w.name: w for w in WORKLOADS}
     plans = sorted(PLANS) if args.plan == "all" else args.plan.split(",")
