@@ -127,7 +127,9 @@ def main(argv: list[str] | None = None) -> int:
                 sink.write(json.dumps(record) + "\n")
                 sink.flush()
                 table.append(record)
-                metric = f"{row.tflops:7.1f} TFLOP/s" if workload.kind == "prefill" else f"{row.gbps or 0:7.0f} GB/s"
+                metric = (
+                    f"{row.tflops or 0:7.1f} TFLOP/s" if workload.kind == "prefill" else f"{row.gbps or 0:7.0f} GB/s"
+                )
                 ms = f"{row.ms:.4f}" if row.ms else "-"
                 print(
                     f"{name:32s} {impl:10s} {label:14s} {row.status:11s} {ms:>8s} ms {metric} "

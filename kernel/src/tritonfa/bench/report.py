@@ -22,7 +22,9 @@ from .workloads import Workload
 
 
 def git_commit() -> str:
-    """This checkout's commit; in a copy of the tree without `.git`, the one TRITONFA_COMMIT names."""
+    """TRITONFA_COMMIT when set (a copy of the tree without its own `.git`), else this checkout's commit."""
+    if os.environ.get("TRITONFA_COMMIT"):
+        return os.environ["TRITONFA_COMMIT"]
     try:
         result = subprocess.run(
             ["git", "rev-parse", "--short=12", "HEAD"],
