@@ -282,9 +282,7 @@ def test_checked_once_then_straight_to_the_op(device, monkeypatch):
     calls = []
     for name in ("flash_attn_varlen_func", "varlen_fwd"):
         original = getattr(backend, name)
-        monkeypatch.setattr(
-            backend, name, lambda *a, _name=name, _f=original, **k: calls.append(_name) or _f(*a, **k)
-        )
+        monkeypatch.setattr(backend, name, lambda *a, _name=name, _f=original, **k: calls.append(_name) or _f(*a, **k))
     batch = make_batch([9, 1, 1], [12, 30, 5], 16, device)
     impl = TritonFAImpl(4, 64, 0.125, 2, alibi_slopes(4), 24, "auto", logits_soft_cap=30.0)
     layer = make_layer(device=device)
@@ -311,7 +309,9 @@ def test_checked_once_then_straight_to_the_op(device, monkeypatch):
     calls.clear()
     impl.forward(layer, query, None, None, new_cache(), metadata, torch.empty_like(query))  # new cache: checked
     impl.forward(layer, query, None, None, impl._kv_cache_source, metadata, torch.empty_like(query))
-    impl.forward(layer, query, None, None, impl._kv_cache_source, metadata, torch.empty_like(query, dtype=torch.float32))
+    impl.forward(
+        layer, query, None, None, impl._kv_cache_source, metadata, torch.empty_like(query, dtype=torch.float32)
+    )
     assert calls == ["flash_attn_varlen_func", "varlen_fwd", "flash_attn_varlen_func"]
 
 

@@ -143,4 +143,3 @@ def test_profiling_run_zeroes_output(device):
     query = torch.randn(5, 4, 64, device=device)
     returned = impl.forward(make_layer(device=device), query, None, None, torch.empty(0), None, output)
     assert returned is output and bool((output == 0).all())
-

@@ -257,7 +257,9 @@ class TritonFAImpl(AttentionImpl[TritonFAMetadata]):
             if not (value is None or value is False or (type(value) is int and value == -1)):
                 raise NotImplementedError(f"tritonfa_vllm does not support {name}={value!r}")
         if kv_cache_dtype not in KV_CACHE_DTYPES:
-            raise NotImplementedError(f"tritonfa_vllm supports kv_cache_dtype in {KV_CACHE_DTYPES}, got {kv_cache_dtype!r}")
+            raise NotImplementedError(
+                f"tritonfa_vllm supports kv_cache_dtype in {KV_CACHE_DTYPES}, got {kv_cache_dtype!r}"
+            )
         if current_platform.is_cuda():
             reason = _cuda_capability_reason(kv_cache_dtype, current_platform.get_device_capability())
             if reason:
