@@ -18,6 +18,7 @@ softcap, ALiBi, attention sinks; any block size. The support matrix with the pla
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -75,6 +76,14 @@ def _fp32_reason(dtype: torch.dtype, head_size: int, capability) -> str | None:
             "GPU's 64 KiB of shared memory: run the model in bf16/fp16"
         )
     return None
+
+
+# The tritonfa op mutates `out`, so torch runs its ADInplaceOrView kernel on every call (to bump out's version
+# counter) whenever an argument is a normal tensor, which in vLLM the cache, the batch tensors and the scales are.
+# That kernel's argument handling (torch._library.utils.fill_defaults) is quadratic in the op's 23 arguments: most
+# of the op's host time (step_profile / hostcost). vLLM runs attention without autograd and never reads version
+# counters, so the backend dispatches below that key. Falls back to a plain call where torch lacks the guard.
+_BELOW_AUTOGRAD = getattr(torch._C, "_AutoDispatchBelowADInplaceOrView", contextlib.nullcontext)
 
 
 def platform_takes_fp8_query() -> bool:
@@ -409,9 +418,10 @@ class TritonFAImpl(AttentionImpl[TritonFAMetadata]):
             )
             self._checked_call = call
             return output
-        varlen_fwd(
-            q, key_cache, value_cache, out, md.query_start_loc, None, md.seq_lens, md.block_table, alibi_slopes,
-            None, self.sinks, q_descale, k_descale, v_descale, output_scale, md.max_query_len, md.max_seq_len,
-            self.scale, self.window_size[0], 0, self.logits_soft_cap, 0, False,
-        )  # fmt: skip
+        with _BELOW_AUTOGRAD():
+            varlen_fwd(
+                q, key_cache, value_cache, out, md.query_start_loc, None, md.seq_lens, md.block_table, alibi_slopes,
+                None, self.sinks, q_descale, k_descale, v_descale, output_scale, md.max_query_len, md.max_seq_len,
+                self.scale, self.window_size[0], 0, self.logits_soft_cap, 0, False,
+            )  # fmt: skip
         return output
