@@ -10,7 +10,9 @@ random prompt (teacher-forced log-probability of each next token, as e2e_check.p
 - `bf16 vs fp64`: the whole model in bf16 against the same weights in float64;
 - `1-ulp attention`: the bf16 model twice, the second time with every attention output (the input of the output
   projection) multiplied by (1 + u * 2^-8), u uniform in [-1, 1]: what two attention kernels that are both exact
-  up to bf16 rounding may differ by. A correct backend can be this far from another correct one.
+  up to bf16 rounding may differ by. A correct backend can be this far from another correct one;
+- `fp32, tf32 attention`: the same with the model in fp32 and u * 2^-11 (a kernel with tf32 dots, as Triton's
+  default for fp32 on NVIDIA, next to one with full fp32 dots): the noise floor of the fp32 rows.
 Prints a table and writes conditioning.json under $OUT (or ./conditioning-results).
 
 Models: the configs e2e_check.py runs, plus `bloom-alibi-h64-tied` (the Bloom config as it was until the tied
@@ -88,6 +90,9 @@ def measure(name: str, prompt_len: int) -> dict:
     model = build(name, torch.bfloat16)
     bf16, _ = prompt_logprobs(model, ids)
     perturbed, _ = prompt_logprobs(model, ids, perturb=2**-8)
+    model = build(name, torch.float32)
+    fp32, _ = prompt_logprobs(model, ids)
+    fp32_perturbed, _ = prompt_logprobs(model, ids, perturb=2**-11)
 
     def spread(a, b):
         d = (a - b).abs()
@@ -100,6 +105,7 @@ def measure(name: str, prompt_len: int) -> dict:
         "mean_prompt_logprob": round(float(exact.mean()), 2),
         "bf16_vs_fp64": spread(bf16, exact),
         "one_ulp_attention": spread(perturbed, bf16),
+        "fp32_tf32_attention": spread(fp32_perturbed, fp32),
     }
 
 
@@ -123,11 +129,13 @@ def main() -> int:
             r["mean_prompt_logprob"],
             spread(r["bf16_vs_fp64"]),
             spread(r["one_ulp_attention"]),
+            spread(r["fp32_tf32_attention"]),
         ]
         for r in results
     ]
     print(f"\nprompt logprob spread, |d| max / mean in nats (prompt of {args.prompt_len} random tokens)")
-    table = h.print_table(["model", "max |logit|", "mean logprob", "bf16 vs fp64", "1-ulp attention"], rows)
+    header = ["model", "max |logit|", "mean logprob", "bf16 vs fp64", "1-ulp attention", "fp32, tf32 attention"]
+    table = h.print_table(header, rows)
     path = h.out_dir("conditioning") / "conditioning.json"
     path.write_text(json.dumps({"info": h.gpu_info(), "results": results, "table": table}, indent=1))
     print(f"written {path}")

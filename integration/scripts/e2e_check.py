@@ -22,8 +22,8 @@ prompt and for decode logprobs; with no peer (one reference only) the bounds are
 ALiBi models have no peer (FLASH_ATTN cannot run ALiBi), and the Bloom config is ~3x more sensitive to bf16
 rounding of attention than the Llama ones (conditioning.py: two attention kernels that are each exact up to bf16
 rounding can differ by ~0.45 nats max / 0.03 mean there): so Bloom runs in fp32 in `small` (fp32 or tf32 dots:
-rounding ~8x smaller), and the `alibi` suite checks every layer's attention output in the engine against float64
-(`_attention_capture.py`: the verdict is per backend, not relative to another backend).
+noise floor 0.002 / 0.0004 nats), and the `alibi` suite checks every layer's attention output in the engine
+against float64 (`_attention_capture.py`: the verdict is per backend, not relative to another backend).
 Results: a table on stdout and e2e_<suite>.json under $OUT (or ./e2e-results).
 """
 
