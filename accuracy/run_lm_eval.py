@@ -1,8 +1,8 @@
 """lm-eval through vLLM: attention backends x attention precision modes, on the suite's small model or a real one.
 
     python accuracy/run_lm_eval.py                                   # tiny model (trained first if missing), all
-    python accuracy/run_lm_eval.py --model /root/models/tiny-llama-s0 --model /root/models/tiny-llama-s1
-    python accuracy/run_lm_eval.py --model /models/Llama-3.1-8B --tasks wikitext,gsm8k --backends CUSTOM,TRITON_ATTN
+    python accuracy/run_lm_eval.py --model accuracy/models/tiny-llama-s0 --model accuracy/models/tiny-llama-s1
+    python accuracy/run_lm_eval.py --model path/to/Llama-3.1-8B --tasks wikitext,gsm8k --backends CUSTOM,TRITON_ATTN
     python accuracy/run_lm_eval.py --engine native                    # no lm-eval install: same data, vLLM only
     nox -s lm_eval -- ARGS                                           # the same, in nox's GPU session
 
@@ -20,8 +20,8 @@ word/byte perplexity, bits per byte) and `tritonfa_stdlib_linecomp` (complete th
 lines, greedy, exact match). Any lm-eval task name works with `--tasks` (engine lm-eval).
 
 Each (model, backend, mode) runs in its own process (GPU memory is returned between engines; a crash costs one
-row). Results: a table on stdout, `lm_eval_results.json` and `lm_eval_table.md` under $OUT (else
-./lm_eval-results), with perplexity changes against the same backend's bf16 and the issue's targets.
+row). Results: a table on stdout, `lm_eval_results.json` and `lm_eval_table.md` in --out (default
+./lm_eval-results), with perplexity changes against the same backend's bf16 and the suite's targets.
 """
 
 from __future__ import annotations
@@ -346,7 +346,7 @@ def main_parent(args) -> int:
     for index, model in enumerate(models):
         if model == DEFAULT_MODEL or (args.train_missing and not (model / "config.json").is_file()):
             ensure_model(model, seed=index)
-    out = harness.out_dir("lm_eval")
+    out = harness.out_dir("lm_eval", args.out)
     results = []
     jobs = [(m, b, mode) for m in models for b in args.backends.split(",") for mode in args.modes.split(",")]
     for model, backend, mode in jobs:
@@ -429,6 +429,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--limit", type=float, default=None, help="lm-eval --limit (examples per task)")
     parser.add_argument("--num-fewshot", type=int, default=None)
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds per engine")
+    parser.add_argument(
+        "--out", help="folder for lm_eval_results.json and lm_eval_table.md (default ./lm_eval-results)"
+    )
     # worker-only
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--result", help=argparse.SUPPRESS)

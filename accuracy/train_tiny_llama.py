@@ -1,7 +1,7 @@
 """Train the accuracy suite's small Llama (transformers LlamaForCausalLM) on the committed stdlib corpus.
 
-    python accuracy/train_tiny_llama.py --out /root/models/tiny-llama-s0 --seed 0      # GPU: ~2-4 min on an H200
-    python accuracy/train_tiny_llama.py --smoke --out /tmp/tiny-smoke                 # CPU: a few steps, ~20 s
+    python accuracy/train_tiny_llama.py --out accuracy/models/tiny-llama-s0 --seed 0   # GPU: ~2-4 min on an H200
+    python accuracy/train_tiny_llama.py --smoke --out accuracy/models/tiny-smoke      # CPU: a few steps, ~20 s
 
 Model (default): 8 layers, hidden 512, 4 query heads / 2 KV heads (GQA) of head size 128, SwiGLU 1536, vocab 8192
 (the committed byte-level BPE), context 1024, tied embeddings: ~29M parameters. Data: `accuracy/data/corpus.jsonl.xz`

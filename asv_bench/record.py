@@ -6,24 +6,32 @@ Three steps; only the first needs git:
      Writes asv_bench/.stage/ (git-ignored, ~100 KB per commit): each commit's `kernel/` (git archive),
      commits.json (full hash, author date in ms as asv's git backend reads it, subject; branch tips), and with
      --wheels the asv wheels for the GPU image's Python 3.12 (asv is not installed there).
-  2. device:  python3 asv_bench/record.py run [--install-wheels] [--commits SHA,...] [--impls ...] [--bench RE]
-     For each staged commit, oldest first: `pip install -e` that commit's kernel/ into --python, then
-     `asv run -E existing:PY --set-commit-hash SHA --machine NAME` against a config whose "repository" is
-     commits.json (asv_manifest_repo.py), and at the end packs results/<machine>/ + results/benchmarks.json into
-     $OUT/asv-results-<machine>.tar.gz (the device tool brings back at most 8 files, so one tarball). Results already
-     in asv_bench/results (they travel with the tree) are merged by asv, so a long history can be recorded over
-     several calls. NAME defaults to the GPU's name as a slug (nvidia-h200, nvidia-h100-80gb-hbm3): one series per
-     card. --cpu-smoke runs the same pipeline in Triton's interpreter under the machine name cpu-interpreter.
+  2. device:  python3 asv_bench/record.py run [--install-wheels] [--commits SHA,...|newest] [--peers-at ...]
+     For each staged commit: `asv run -E existing:PY --set-commit-hash SHA --machine NAME` against a config whose
+     "repository" is commits.json (asv_manifest_repo.py), with that commit's staged kernel/src first on
+     PYTHONPATH (asv's existing environment passes PYTHONPATH through; nothing is pip-installed per commit).
+     tritonfa alone at every commit, the reference lines (peers) too at --peers-at (default: the newest), in the
+     same call. On a GPU a warm-up compiles every commit's kernels in parallel processes first (--warm-jobs), so
+     the timed runs read Triton's cache instead of compiling one kernel after the other. After every commit,
+     results/<machine>/ + results/benchmarks.json are packed into $OUT/asv-results-<machine>.tar.gz (the device
+     tool brings back few files, so one tarball; a call cut off by its time limit keeps what it did), and
+     --budget-s stops before a commit that would not fit. NAME defaults to the GPU's name as a slug (nvidia-h200,
+     nvidia-h100-80gb-hbm3): one series per card. --cpu-smoke runs the same pipeline in Triton's interpreter
+     under the machine name cpu-interpreter.
   3. host:    python asv_bench/record.py unpack asv-results-<machine>.tar.gz    then commit asv_bench/results.
+     Merges value by value (asv_bench/results_store.py): a later call that measured other parameters of the same
+     commit (the e2e benchmark with the other kv-cache dtype) adds to the results instead of replacing them.
 
 `machine-name [--write]` prints the slug, and with --write adds it to ~/.asv-machine.json (`nox -s asv` uses it).
-Exit status of `run`: 0 when every asv run succeeded, 1 when a commit could not be installed or asv failed, 2 when
-some benchmark failed (its result is recorded as failed).
+Exit status of `run`: 0 when every asv run succeeded, 1 when a commit could not be measured or recorded (or was
+left for another call), 2 when some benchmark failed (its result is recorded as failed).
 
-The GPU (device tool, one call of at most 10 minutes; see README "Performance history (asv)"):
-  carry ["asv_bench/.stage"]; command:
-    python3 asv_bench/record.py run --install-wheels --commits SHA1,SHA2 --quick 2>&1 | tee $OUT/record.log
-
+The GPU (device tool, calls of at most 10 minutes; the README section "Performance history (asv)" has the whole
+recipe, with the vLLM that the peers and the e2e benchmark need):
+  carry ["asv_bench/.stage"]; kernel history, peers at the newest commit:
+    python3 asv_bench/record.py run --install-wheels --budget-s 540 2>&1 | tee $OUT/record.log
+  end to end for the newest commit, one kv-cache dtype per call:
+    python3 asv_bench/record.py run --install-wheels --commits newest --bench '^e2e' --e2e-kv auto 2>&1 | tee ...
 """
 
 from __future__ import annotations
@@ -33,10 +41,15 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tarfile
+import tempfile
+import time
 from pathlib import Path
+
+import results_store  # asv_bench/results_store.py, next to this script
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -47,9 +60,10 @@ RESULTS = HERE / "results"
 ASV = "asv==0.6.6"
 # asv's runtime imports on the GPU image (which has packaging, pyyaml, tabulate, zipp); virtualenv is optional
 WHEELS = [ASV, "asv-runner==0.3.2", "json5==0.17.3", "importlib-metadata==8.7.0"]  # 8.7: needs only zipp
-# with --range: commits that changed the kernel package, not only the measuring side (this checkout's copies of
-# workloads.py, reference.py and bench.py measure every commit)
-DEFAULT_PATHS = ["kernel/src"] + [f":(exclude)kernel/src/tritonfa/{n}.py" for n in ("workloads", "reference", "bench")]
+# with --range: commits that changed the kernel package, not only the measuring side (this checkout's bench/ and the
+# reference.py and interpreter_fixes.py it imports measure every commit; bench.py and workloads.py: where bench/ was)
+MEASURING_SIDE = ["bench", "bench.py", "workloads.py", "reference.py", "interpreter_fixes.py"]
+DEFAULT_PATHS = ["kernel/src"] + [f":(exclude)kernel/src/tritonfa/{name}" for name in MEASURING_SIDE]
 CPU_MACHINE = "cpu-interpreter"
 
 
@@ -132,7 +146,7 @@ def stage(args: argparse.Namespace) -> int:
             check=True)  # fmt: skip
     size = sum(p.stat().st_size for p in STAGE.rglob("*") if p.is_file())
     log(f"{STAGE.relative_to(REPO)}: {len(manifest['record'])} commits to record, {size / 1e6:.1f} MB; on the "
-        f"device: carry asv_bench/.stage and run `python3 asv_bench/record.py run --install-wheels`")  # fmt: skip
+        f"device: carry asv_bench/.stage and run `python3 asv_bench/record.py run --install-wheels --budget-s 540`")  # fmt: skip
     return 0
 
 
@@ -141,14 +155,15 @@ def stage(args: argparse.Namespace) -> int:
 
 
 def probe_python(python: str, env: dict | None = None) -> dict:
-    """GPU name ('' without one, or under the interpreter) and the torch / triton versions of `python`."""
-    code = ("import json, os, torch, triton; gpu = torch.cuda.is_available() and os.environ.get('TRITON_INTERPRET') "
-            "!= '1'; print(json.dumps({'gpu': torch.cuda.get_device_name(0) if gpu else '', 'torch': "
-            "torch.__version__, 'triton': triton.__version__}))")  # fmt: skip
+    """GPU name ('' without one, or under the interpreter) and the torch / triton / vLLM versions of `python`."""
+    code = ("import json, os, torch, triton; from importlib import metadata; gpu = torch.cuda.is_available() and "
+            "os.environ.get('TRITON_INTERPRET') != '1'\ntry: vllm = metadata.version('vllm')\nexcept Exception: vllm = "
+            "None\nprint(json.dumps({'gpu': torch.cuda.get_device_name(0) if gpu else '', 'torch': torch.__version__, "
+            "'triton': triton.__version__, 'vllm': vllm}))")  # fmt: skip
     out = subprocess.run([python, "-c", code], env=env, capture_output=True, text=True)
     if out.returncode != 0:
         log(f"{python}: torch/triton not importable: {out.stderr.strip()[-300:]}")
-        return {"gpu": "", "torch": None, "triton": None}
+        return {"gpu": "", "torch": None, "triton": None, "vllm": None}
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -177,7 +192,8 @@ def write_machine_file(python: str, machine: str, accelerator: str, env: dict) -
 
 def describe(probe: dict, cpu_smoke: bool) -> str:
     what = "Triton interpreter on CPU: smoke shapes, not performance" if cpu_smoke else probe["gpu"]
-    return f"{what} | torch {probe['torch']}, triton {probe['triton']}"
+    vllm = f", vLLM {probe['vllm']}" if probe.get("vllm") else ""
+    return f"{what} | torch {probe['torch']}, triton {probe['triton']}{vllm}"
 
 
 def read_conf() -> dict:
@@ -202,7 +218,102 @@ def pack(machine: str, out_dir: Path) -> Path:
     return tarball
 
 
+def select_commits(shas: list[str], wanted: str | None, what: str) -> list[str] | None:
+    """Of `shas` (oldest first): all (no `wanted`, or 'all'), none ('none'), the newest ('newest'), or those
+    matching comma-separated prefixes; None when a prefix matches nothing."""
+    if not wanted or wanted == "all":
+        return list(shas)
+    if wanted in ("none", "newest"):
+        return shas[-1:] if wanted == "newest" else []
+    prefixes = [c.strip() for c in wanted.split(",") if c.strip()]
+    chosen = [sha for sha in shas if any(sha.startswith(p) for p in prefixes)]
+    if len(chosen) != len(prefixes):
+        log(f"{what} {wanted}: {len(chosen)} of {len(prefixes)} found among the staged commits")
+        return None
+    return chosen
+
+
+def commit_env(env: dict, sha: str, impls: str | None) -> dict:
+    """The environment that measures `sha`: its staged kernel/src first on the import path, the impls to measure.
+
+    asv's benchmark runner drops PYTHONPATH's entries from sys.path unless ASV_PYTHONPATH names them (asv 0.6.6
+    benchmark.py), so both are set: ASV_PYTHONPATH for the benchmarks, PYTHONPATH for what they start (vLLM's
+    engine processes in e2e, the warm-up). The caller's PYTHONPATH (e.g. where vLLM is installed) follows.
+    """
+    out = dict(env)
+    src = str(STAGE / "kernels" / sha / "kernel" / "src")
+    path = os.pathsep.join([src] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    out.update(PYTHONPATH=path, ASV_PYTHONPATH=path)
+    if impls:
+        out["TRITONFA_ASV_IMPLS"] = impls
+    return out
+
+
+def plan_commits(shas: list[str], peers_at: list[str], impls: str | None) -> list[tuple[str, str | None]]:
+    """(commit, TRITONFA_ASV_IMPLS or None for all) in recording order: the commits with the reference lines
+    first, then the newest first, so a call that runs out of time leaves the oldest commits for the next one."""
+    plan = [(sha, impls or (None if sha in peers_at else "tritonfa")) for sha in shas]
+    return sorted(plan, key=lambda item: (item[0] not in peers_at, -shas.index(item[0])))
+
+
+def warm_up(python: str, plan: list[tuple[str, str | None]], env: dict, jobs: int, timeout_s: float) -> None:
+    """Compile every kernel the runs will launch, many commits at once, before anything is timed.
+
+    Cold, one commit's suite spends about a minute in Triton (and Inductor, for flex) compiles, one after the
+    other; the timing itself takes seconds. Here one process per commit runs the suite once with short
+    repetitions (`record.py warm`, results thrown away), `jobs` at a time, so the compiles run on all CPU cores
+    and fill the caches the timed runs then read (Triton's under HOME, which asv's runs share; Inductor's in
+    /tmp). Processes still running at `timeout_s` are stopped: what they compiled so far stays cached.
+    """
+    logs = STAGE / "warm-logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    pending, running = list(plan), []
+    deadline = time.monotonic() + timeout_s
+    log(f"warm-up: {len(plan)} processes, {jobs} at a time, at most {timeout_s:.0f} s")
+    while pending or running:
+        while pending and len(running) < jobs:
+            sha, impls = pending.pop(0)
+            out = (logs / f"{sha[:12]}.log").open("w")
+            wenv = dict(commit_env(env, sha, impls), TRITONFA_ASV_QUICK="1")
+            proc = subprocess.Popen([python, str(Path(__file__).resolve()), "warm", "--label", sha[:12]], env=wenv,
+                                    stdout=out, stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+            running.append((sha, proc, out, time.monotonic()))
+        time.sleep(0.5)
+        for item in list(running):
+            sha, proc, out, began = item
+            if proc.poll() is None and time.monotonic() < deadline:
+                continue
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)  # its own session: the process and its compile workers
+                try:
+                    proc.wait(timeout=20)
+                except subprocess.TimeoutExpired:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait()
+            out.close()
+            tail = (logs / f"{sha[:12]}.log").read_text().strip().splitlines()[-1:] or ["(no output)"]
+            log(f"warm-up {sha[:12]}: exit {proc.returncode} after {time.monotonic() - began:.0f} s: {tail[0][:160]}")
+            running.remove(item)
+
+
+def warm(args: argparse.Namespace) -> int:
+    """One warm-up process (see warm_up): this suite's measurement once, for its compiles only."""
+    sys.path.insert(0, str(HERE))
+    from benchmarks import _common  # standard library only at import
+
+    started = time.perf_counter()
+    cache = _common.measure_kernels()
+    if "skip" in cache:
+        print(f"warm {args.label}: skipped: {cache['skip']}", flush=True)
+        return 1
+    ok = sum(1 for row in cache["rows"].values() if row.get("status") == "ok")
+    print(f"warm {args.label}: {ok} of {len(cache['rows'])} (workload, impl) ran in "
+          f"{time.perf_counter() - started:.0f} s", flush=True)  # fmt: skip
+    return 0
+
+
 def run_commits(args: argparse.Namespace) -> int:
+    started = time.monotonic()
     python = args.python
     manifest_path = STAGE / "commits.json"
     if not manifest_path.is_file():
@@ -211,20 +322,18 @@ def run_commits(args: argparse.Namespace) -> int:
         )
         return 1
     manifest = json.loads(manifest_path.read_text())
-    shas = manifest["record"]
-    if args.commits:
-        wanted = [c.strip() for c in args.commits.split(",") if c.strip()]
-        shas = [sha for sha in shas if any(sha.startswith(w) for w in wanted)]
-        if len(shas) != len(wanted):
-            log(f"--commits {args.commits}: {len(shas)} of {len(wanted)} found among the staged commits")
-            return 1
+    shas = select_commits(manifest["record"], args.commits, "--commits")
+    peers_at = select_commits(shas or [], args.peers_at, "--peers-at")
+    if not shas or peers_at is None:
+        return 1
     if args.install_wheels:
         wheels = sorted(str(p) for p in (STAGE / "wheels").glob("*.whl"))
         if not wheels:
             log("--install-wheels: asv_bench/.stage/wheels is empty (stage with --wheels)")
             return 1
+        # PIP_BREAK_SYSTEM_PACKAGES: an image's system Python may be marked externally managed (older pips ignore it)
         run([python, "-m", "pip", "install", "--quiet", "--no-index", "--no-deps", "--no-compile", *wheels],
-            check=True)  # fmt: skip
+            check=True, env=dict(os.environ, PIP_BREAK_SYSTEM_PACKAGES="1"))  # fmt: skip
     if run([python, "-c", "import asv, asv_runner"]).returncode != 0:
         log(f"asv is not importable in {python}: pass --install-wheels (GPU) or --python with a venv that has {ASV}")
         return 1
@@ -242,43 +351,54 @@ def run_commits(args: argparse.Namespace) -> int:
         env.update({"TRITONFA_ASV_MODE": "cpu-smoke", "TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": ""})
     else:
         env.pop("TRITON_INTERPRET", None)
-    if args.impls:
-        env["TRITONFA_ASV_IMPLS"] = args.impls
     if args.quick:
         env["TRITONFA_ASV_QUICK"] = "1"
     if args.e2e_kv:
         env["TRITONFA_ASV_E2E_KV"] = args.e2e_kv
+    plan = plan_commits(shas, peers_at, args.impls)
     conf = write_record_conf()
     write_machine_file(python, machine, describe(probe, args.cpu_smoke), env)
-    status = 0
-    for sha in shas:
+    kernels = re.search(args.bench, "kernel.KernelTime.track_ms") is not None
+    if args.warm_jobs and kernels and not args.cpu_smoke and plan:
+        left = args.budget_s - (time.monotonic() - started) if args.budget_s else float("inf")
+        warm_up(python, plan, env, args.warm_jobs, min(args.warm_timeout, max(30.0, 0.5 * left)))
+    out_dir = Path(args.out or os.environ.get("OUT") or STAGE / "out")
+    status, durations, done = 0, [], []
+    for sha, impls in plan:
+        elapsed = time.monotonic() - started
+        recent = max(durations[-3:], default=0.0)  # the first commit (with the peers) is the slow one
+        if args.budget_s and durations and elapsed + recent > args.budget_s:
+            log(f"budget: {elapsed:.0f} s used of {args.budget_s:.0f} s, a commit takes up to {recent:.0f} s")
+            break
         commit = next(c for c in manifest["commits"] if c["sha"] == sha)
-        kernel = STAGE / "kernels" / sha / "kernel"
-        log(f"=== {sha[:12]} {commit['subject'][:80]}")
-        install = run([python, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation", "-e",
-                       str(kernel)], env=env)  # fmt: skip
-        where = subprocess.run([python, "-c", "import tritonfa; print(tritonfa.__file__)"], env=env,
-                               capture_output=True, text=True).stdout.strip()  # fmt: skip
-        if install.returncode != 0 or not where.startswith(str(kernel)):
-            log(f"{sha[:12]}: could not install its kernel (tritonfa resolves to {where or 'nothing'}); skipped")
+        cenv = commit_env(env, sha, impls)
+        log(f"=== {sha[:12]} [{impls or 'all impls'}] {commit['subject'][:80]}")
+        spec = subprocess.run([python, "-c", "import importlib.util as u; print(u.find_spec('tritonfa').origin)"],
+                              env=cenv, capture_output=True, text=True).stdout.strip()  # fmt: skip
+        if not spec.startswith(str(STAGE / "kernels" / sha)):
+            log(f"{sha[:12]}: tritonfa resolves to {spec or 'nothing'}, not the staged kernel; skipped")
             status = 1
             continue
+        began = time.monotonic()
         cmd = [python, "-m", "asv", "run", "--config", str(conf), "-E", f"existing:{python}",
                "--set-commit-hash", sha, "--machine", machine, "--show-stderr"]  # fmt: skip
-        if args.bench:
-            cmd += ["--bench", args.bench]
-        rc = run(cmd, env=env).returncode
-        log(f"{sha[:12]}: asv run exited {rc}")
+        cmd += ["--bench", args.bench] if args.bench else []  # '' runs every benchmark
+        rc = run(cmd, env=cenv).returncode
+        durations.append(time.monotonic() - began)
+        done.append(sha)
+        log(f"{sha[:12]}: asv run exited {rc} after {durations[-1]:.0f} s")
         if rc not in (0, 2):
             status = 1
         elif rc == 2 and status == 0:
             status = 2
-    if args.restore and (REPO / "kernel" / "pyproject.toml").is_file():
-        run([python, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation", "-e",
-             str(REPO / "kernel")], env=env)  # fmt: skip
+        if (RESULTS / machine).is_dir():  # after every commit: a call cut off by its time limit keeps what it did
+            pack(machine, out_dir)
+    left = [sha for sha, _ in plan if sha not in done]
+    if left:
+        log(f"not recorded ({len(left)}): record them in another call with --commits {','.join(s[:12] for s in left)}")
+        status = status or 1
     if (RESULTS / machine).is_dir():
-        out_dir = Path(args.out or os.environ.get("OUT") or STAGE / "out")
-        log(f"results packed: {pack(machine, out_dir)}")
+        log(f"results packed: {out_dir / f'asv-results-{machine}.tar.gz'} ({len(done)} commits this call)")
     return status
 
 
@@ -287,6 +407,8 @@ def run_commits(args: argparse.Namespace) -> int:
 
 
 def unpack(args: argparse.Namespace) -> int:
+    """Check the tarball's members, then merge it into asv_bench/results value by value (results_store.merge_tree):
+    a later call that recorded only some parameters of a commit (e2e with one kv-cache dtype) adds to it."""
     with tarfile.open(args.tarball) as tar:
         members = tar.getmembers()
         for member in members:
@@ -297,7 +419,9 @@ def unpack(args: argparse.Namespace) -> int:
             if member.isfile() and not (member.name == "benchmarks.json" or len(parts) == 2):
                 log(f"unexpected member {member.name!r} (want benchmarks.json and <machine>/<file>.json)")
                 return 1
-        tar.extractall(RESULTS, members=members, filter="data")
+        with tempfile.TemporaryDirectory() as tmp:
+            tar.extractall(tmp, members=members, filter="data")
+            results_store.merge_tree(Path(tmp), RESULTS)
     machines = sorted({Path(m.name).parts[0] for m in members if m.isfile() and m.name != "benchmarks.json"})
     log(f"unpacked into {RESULTS.relative_to(REPO)}: machines {', '.join(machines)}; now `git add asv_bench/results`")
     return 0
@@ -323,19 +447,24 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--machine", help="machine name (default: the GPU's name as a slug; cpu-interpreter with "
                                      "--cpu-smoke)")  # fmt: skip
     p.add_argument("--cpu-smoke", action="store_true", help="Triton interpreter, smoke-scaled shapes (no GPU)")
-    p.add_argument("--commits", help="comma-separated prefixes of staged commits (default: all staged)")
-    p.add_argument("--bench", help="asv --bench regex, e.g. '^kernel' (default: all)")
-    p.add_argument("--impls", help="TRITONFA_ASV_IMPLS: e.g. tritonfa (skip the reference lines)")
+    p.add_argument("--commits", help="comma-separated prefixes of staged commits, or 'newest' (default: all staged)")
+    p.add_argument("--bench", default="^kernel", help="asv --bench regex: '^kernel' (default) or '^e2e' (vLLM "
+                   "latency, minutes per commit: record it with --commits newest)")  # fmt: skip
+    p.add_argument("--impls", help="TRITONFA_ASV_IMPLS at every commit, e.g. tritonfa (overrides --peers-at)")
+    p.add_argument("--peers-at", default="newest", help="commits (prefixes, 'newest' or 'all') where the reference "
+                   "lines are measured too; elsewhere tritonfa only (default: newest)")  # fmt: skip
     p.add_argument("--quick", action="store_true", help="TRITONFA_ASV_QUICK: bench's shorter repetitions")
     p.add_argument("--e2e-kv", help="TRITONFA_ASV_E2E_KV: e.g. auto (end-to-end only with the bf16 KV cache)")
     p.add_argument("--install-wheels", action="store_true", help="pip install asv_bench/.stage/wheels first")
     p.add_argument("--out", help="folder for the results tarball (default $OUT, else asv_bench/.stage/out)")
-    p.add_argument(
-        "--no-restore",
-        dest="restore",
-        action="store_false",
-        help="leave the last staged commit installed (default: reinstall this checkout's kernel/)",
-    )
+    p.add_argument("--warm-jobs", type=int, default=min(16, os.cpu_count() or 1),
+                   help="GPU: compile in this many processes before timing (0: no warm-up; default: CPUs, <= 16)")  # fmt: skip
+    p.add_argument("--warm-timeout", type=float, default=240.0, help="seconds the warm-up may take at most")
+    p.add_argument("--budget-s", type=float, default=0.0,
+                   help="stop before a commit that would end past this many seconds (0: no limit)")  # fmt: skip
+
+    p = sub.add_parser("warm", help="internal (run's warm-up): measure the suite once, for its compiles")
+    p.add_argument("--label", default="")
 
     p = sub.add_parser("unpack", help="host: merge a results tarball into asv_bench/results")
     p.add_argument("tarball", type=Path)
@@ -351,6 +480,8 @@ def main(argv: list[str] | None = None) -> int:
         return run_commits(args)
     if args.command == "unpack":
         return unpack(args)
+    if args.command == "warm":
+        return warm(args)
     probe = probe_python(sys.executable)
     name = machine_name(probe, args.cpu_smoke)
     if not name:

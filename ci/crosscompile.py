@@ -4,7 +4,7 @@
 Triton compiles ahead of time for any target it has a backend for: `triton.compile(ASTSource(...),
 target=GPUTarget("hip", "gfx942", 64))` produces amdgcn/hsaco for MI300 on a CPU-only machine, and
 `GPUTarget("cuda", 90, 32)` produces ptx/cubin through the ptxas that ships in the triton wheel. CI runs this with
-the pinned CI triton and with the GPU machine's triton (3.6) so neither a ROCm-only breakage nor an API newer than
+the pinned CI triton and with the GPU images' triton (3.6) so neither a ROCm-only breakage nor an API newer than
 what the GPUs run can land.
 
 The configurations come from `tritonfa.kernels.cross_compile_specs(arch) -> list[dict]`, called with the

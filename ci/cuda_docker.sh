@@ -3,15 +3,14 @@
 #
 #   ci/cuda_docker.sh ci/gpu_session.sh tests
 #
-# The default image is vLLM 0.24.0's (torch 2.11, triton 3.6: the versions of the project's GPU machine); nox
-# sessions use its interpreter (TRITONFA_NOX_EXISTING_ENV=1). The GPU is the agent's NVIDIA_VISIBLE_DEVICES
-# (default 0).
+# The default image is vLLM 0.24.0's (torch 2.11, triton 3.6); nox sessions use its interpreter
+# (TRITONFA_NOX_EXISTING_ENV=1). The GPU is the agent's own (ci/agent_gpu.sh: its `gpu` tag).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 image="${TRITONFA_CUDA_IMAGE:-vllm/vllm-openai:v0.24.0}"
 name="tritonfa-cuda-${BUILDKITE_JOB_ID:-$$}"
-gpus="${NVIDIA_VISIBLE_DEVICES:-0}"
+gpus=$(ci/agent_gpu.sh nvidia)
 
 cleanup() {
   docker rm -f "$name" >/dev/null 2>&1 || true

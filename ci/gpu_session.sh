@@ -4,8 +4,9 @@
 #   ci/gpu_session.sh SESSION [ARGS...]     e.g. ci/gpu_session.sh bench
 #
 # Uses the image's torch/triton/vLLM (TRITONFA_NOX_EXISTING_ENV=1). Fails with exit 75 (EX_TEMPFAIL, retried by the
-# pipeline) when torch sees no GPU, so a broken agent never passes a GPU step by skipping it. bench and latency
-# write their JSON (bench also a PNG) to artifacts/, which the pipeline uploads.
+# pipeline) when torch sees no GPU, so a broken agent never passes a GPU step by skipping it. bench, latency and
+# lm_eval write their results (JSON; bench also a PNG, lm_eval a markdown table) to artifacts/, which the pipeline
+# uploads.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -31,7 +32,8 @@ fi
 
 case "$session" in
   bench) set -- --json "artifacts/bench-$platform.json" --png "artifacts/bench-$platform.png" "$@" ;;
-  latency) export OUT=artifacts ;; # integration/scripts/latency.py writes latency_<kv>.json into $OUT
+  latency) set -- --out artifacts "$@" ;;      # integration/scripts/latency.py: latency_<kv>.json
+  lm_eval) set -- --out artifacts/lm_eval "$@" ;; # accuracy/run_lm_eval.py: lm_eval_results.json, lm_eval_table.md
 esac
 
 echo "--- :nox: nox -s $session -- $*"

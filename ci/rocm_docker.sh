@@ -3,14 +3,15 @@
 #
 #   ci/rocm_docker.sh ci/gpu_session.sh tests
 #
-# The image (TRITONFA_ROCM_IMAGE) must already have torch, triton and vLLM for ROCm; nox sessions use that
-# interpreter (TRITONFA_NOX_EXISTING_ENV=1). The agent's GPU is passed through /dev/kfd + /dev/dri and picked with
-# HIP_VISIBLE_DEVICES (set by the agent; default 0).
+# The image (TRITONFA_ROCM_IMAGE, default vLLM 0.24.0's ROCm build, pinned like the CUDA one) has torch, triton and
+# vLLM for ROCm; nox sessions use that interpreter (TRITONFA_NOX_EXISTING_ENV=1). The GPUs are passed through
+# /dev/kfd + /dev/dri and the agent's own is picked with HIP_VISIBLE_DEVICES (ci/agent_gpu.sh: its `gpu` tag).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-image="${TRITONFA_ROCM_IMAGE:-rocm/vllm:latest}"
+image="${TRITONFA_ROCM_IMAGE:-vllm/vllm-openai-rocm:v0.24.0}"
 name="tritonfa-rocm-${BUILDKITE_JOB_ID:-$$}"
+gpus=$(ci/agent_gpu.sh rocm)
 
 cleanup() {
   docker rm -f "$name" >/dev/null 2>&1 || true
@@ -20,13 +21,13 @@ cleanup() {
 }
 trap cleanup EXIT
 
-echo "--- :docker: $image (HIP_VISIBLE_DEVICES=${HIP_VISIBLE_DEVICES:-0})"
+echo "--- :docker: $image (HIP_VISIBLE_DEVICES=$gpus)"
 docker pull --quiet "$image"
 docker run --rm --name "$name" \
   --device /dev/kfd --device /dev/dri --group-add video \
   --shm-size "${TRITONFA_SHM_SIZE:-16g}" \
   --security-opt seccomp=unconfined --cap-add SYS_PTRACE \
-  -e HIP_VISIBLE_DEVICES="${HIP_VISIBLE_DEVICES:-0}" \
+  -e HIP_VISIBLE_DEVICES="$gpus" \
   -e TRITONFA_NOX_EXISTING_ENV=1 -e TRITONFA_DEVICE=rocm -e TRITONFA_PLATFORM=rocm \
   -e BUILDKITE -e BUILDKITE_BRANCH -e BUILDKITE_COMMIT -e BUILDKITE_BUILD_NUMBER -e BUILDKITE_JOB_ID \
   -e TRITONFA_ASV_MACHINE -e HF_HUB_OFFLINE -e PYTHONUNBUFFERED=1 \

@@ -1,11 +1,12 @@
 """Plumbing shared by the asv benchmarks: where shapes and the timing harness come from, and which mode runs.
 
 The commit under test is the `tritonfa` installed in asv's Python (`pip install -e <that commit's kernel/>`). The
-*measurement* side is always this checkout's: the workloads (`kernel/src/tritonfa/workloads.py`), the oracle
-(`reference.py`) and the harness (`bench.py`: `make_case`, `reference_check`, `run_workloads`, its timers) are
-loaded from files next to this suite, so every commit of the history is measured on the same shapes with the same
-timers and checked against the same reference, including commits older than those files. Importing this module
-needs only the standard library (`asv check` in CI runs without torch).
+*measurement* side is always this checkout's: the benchmark package `kernel/src/tritonfa/bench/` (workloads,
+`make_case`, `reference_check`, `run_workloads`, its timers) with the oracle (`reference.py`) and the interpreter
+fixes it imports relatively, loaded from the files next to this suite under a private name, so every commit of the
+history is measured on the same shapes with the same timers and checked against the same reference, including
+commits older than those files. Importing this module needs only the standard library (`asv check` in CI runs
+without torch).
 
 Modes (environment variable TRITONFA_ASV_MODE):
   auto       (default) the GPU when torch sees one, else every benchmark is skipped (NotImplementedError in setup)
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import importlib.machinery
 import importlib.util
 import os
 import sys
@@ -27,7 +29,10 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-HARNESS = REPO / "kernel" / "src" / "tritonfa"
+# this checkout's kernel/src/tritonfa, imported as package MEASURING without running its __init__ (which would
+# import this checkout's kernel): only its bench subpackage and the modules that subpackage imports relatively
+CHECKOUT_TRITONFA = REPO / "kernel" / "src" / "tritonfa"
+MEASURING = "_tritonfa_asv_checkout"
 
 MODE_ENV = "TRITONFA_ASV_MODE"
 IMPLS_ENV = "TRITONFA_ASV_IMPLS"
@@ -35,28 +40,38 @@ QUICK_ENV = "TRITONFA_ASV_QUICK"
 E2E_KV_ENV = "TRITONFA_ASV_E2E_KV"
 MODES = ("auto", "gpu", "cpu-smoke")
 
-# tritonfa and its reference lines (bench.py names); fa3 is measured only where vLLM's bundle imports (GPU + vLLM)
-IMPLS = ("tritonfa", "sdpa-cudnn", "flex", "fa3")
+# tritonfa and its reference lines (bench.py names); fa3 and vllm-unified only where vLLM imports (GPU + vLLM).
+# A new name adds a parameter value: results recorded before it keep their values (no version bump needed).
+IMPLS = ("tritonfa", "sdpa-cudnn", "flex", "fa3", "vllm-unified")
 
 
-def _load(name: str, path: Path):
-    """Import `path` as module `name` (registered in sys.modules first, as dataclasses need)."""
+def _checkout_package() -> None:
+    """Register MEASURING: a package whose modules are this checkout's tritonfa files; its __init__ never runs."""
+    if MEASURING in sys.modules:
+        return
+    spec = importlib.machinery.ModuleSpec(MEASURING, None, is_package=True)
+    spec.submodule_search_locations = [str(CHECKOUT_TRITONFA)]
+    sys.modules[MEASURING] = importlib.util.module_from_spec(spec)
+
+
+def workloads_module():
+    """This checkout's `tritonfa/bench/workloads.py` (stdlib only): the shapes, for discovery and for measuring.
+
+    Loaded alone by path, so discovery needs no torch, and registered under the name the bench package imports it
+    by, so `harness()` later reuses this very module (one `Workload` class)."""
+    name = f"{MEASURING}.bench.workloads"
     if name in sys.modules:
         return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, path)
+    _checkout_package()
+    spec = importlib.util.spec_from_file_location(name, CHECKOUT_TRITONFA / "bench" / "workloads.py")
     module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
+    sys.modules[name] = module  # before running it: dataclasses look their module up
     try:
         spec.loader.exec_module(module)
     except BaseException:
         del sys.modules[name]
         raise
     return module
-
-
-def workloads_module():
-    """This checkout's `tritonfa/workloads.py` (stdlib only): the shapes, for discovery and for measuring."""
-    return _load("_tritonfa_asv_workloads", HARNESS / "workloads.py")
 
 
 WORKLOADS = workloads_module().WORKLOADS
@@ -100,17 +115,16 @@ def choose_device() -> tuple[str | None, str]:
 
 
 def harness():
-    """This checkout's bench.py, run against the installed (commit under test) `tritonfa`.
+    """This checkout's `tritonfa.bench`, run against the installed (commit under test) `tritonfa`.
 
-    bench.py imports `tritonfa.workloads` and `tritonfa.reference` (the oracle); commits older than those modules
-    lack them, so this checkout's copies are registered under those names: the measuring side (shapes, oracle,
-    timers) is the same for every commit, only the kernel changes.
+    The bench package imports the oracle and the interpreter fixes relatively, so here they are this checkout's
+    too, and the kernel absolutely (`import tritonfa`): the measuring side (shapes, oracle, timers) is the same for
+    every commit, only the kernel changes. Nothing of the installed `tritonfa` is replaced.
     """
     import tritonfa  # noqa: F401 - the commit under test; fails loudly if none is installed
 
-    sys.modules["tritonfa.workloads"] = workloads_module()
-    sys.modules["tritonfa.reference"] = _load("_tritonfa_asv_reference", HARNESS / "reference.py")
-    return _load("_tritonfa_asv_bench", HARNESS / "bench.py")
+    workloads_module()
+    return importlib.import_module(f"{MEASURING}.bench")
 
 
 def installed_tritonfa() -> dict:

@@ -1,9 +1,10 @@
-"""Kernel benchmarks: tritonfa and its reference lines (cuDNN SDPA, FlexAttention, FA3) on `tritonfa.workloads`.
+"""Kernel benchmarks: tritonfa and its reference lines (cuDNN SDPA, FlexAttention, FA3, vLLM unified_attention) on
+`tritonfa.bench.workloads`.
 
 One measurement per (workload, impl) and commit, shared by the three metric classes through one `setup_cache`
 (asv runs a setup_cache once per source location): milliseconds for every workload, TFLOP/s where compute is the
 headline (prefill, mixed), GB/s where memory is (decode, mixed), as in `python -m tritonfa.bench`'s table.
-Parameters are the workload names of `tritonfa.workloads.WORKLOADS` (no second copy of shapes) and the impl;
+Parameters are the workload names of `tritonfa.bench.workloads.WORKLOADS` (no second copy of shapes) and the impl;
 combinations that cannot run here (no GPU, a peer without fp8 or paging, ...) are skipped, not failed.
 """
 
@@ -13,7 +14,7 @@ from ._common import IMPLS, KIND, WORKLOAD_NAMES, kernel_row, measure_kernels
 
 # Bump when what the numbers mean changes (shapes of a workload, timer, FLOP or byte accounting): asv then leaves
 # results recorded under the old version off the site. Without an explicit version asv would hash the source, and
-# any edit of this file would hide the whole history. A new workload in tritonfa.workloads needs no bump.
+# any edit of this file would hide the whole history. A new workload in tritonfa.bench.workloads needs no bump.
 VERSION = "1"
 
 

@@ -4,7 +4,7 @@ result files, tables.
 Each engine runs in its own Python process (`python <script> --worker ...`), started by the parent script, so GPU
 memory is returned between engines and one crash or hang costs one row, not the run. Engines run in-process
 (VLLM_ENABLE_V1_MULTIPROCESSING=0), so registering the backend in the worker before `LLM(...)` is enough: no
-installed entry point is needed on the GPU machine (PYTHONPATH is).
+installed entry point is needed on the GPU host (PYTHONPATH is).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ BACKENDS = ("CUSTOM", "FLASH_ATTN", "TRITON_ATTN")
 
 ENGINE_ENV = {
     "VLLM_ENABLE_V1_MULTIPROCESSING": "0",  # engine in the worker process: our register() call is enough
-    "VLLM_USE_FLASHINFER_SAMPLER": "0",  # FlashInfer is not shipped to the GPU machine
+    "VLLM_USE_FLASHINFER_SAMPLER": "0",  # FlashInfer may be absent (it is optional for vLLM)
     "HF_HUB_OFFLINE": "1",
     "TOKENIZERS_PARALLELISM": "false",
     # apply_model() ships a function to the workers; with TP > 1 they are other processes
@@ -50,9 +50,10 @@ def child_env() -> dict:
     return env
 
 
-def out_dir(name: str) -> Path:
-    """$OUT (what the device tool brings back) if set, else ./<name>-results."""
-    path = Path(os.environ["OUT"]) if os.environ.get("OUT") else Path.cwd() / f"{name}-results"
+def out_dir(name: str, out: str | None = None) -> Path:
+    """The results folder: --out if given, else $OUT if a caller sets it (asv_bench's e2e benchmark does), else
+    ./<name>-results."""
+    path = Path(out or os.environ.get("OUT") or Path.cwd() / f"{name}-results")
     path.mkdir(parents=True, exist_ok=True)
     return path
 

@@ -13,7 +13,7 @@ random prompt (teacher-forced log-probability of each next token, as e2e_check.p
   up to bf16 rounding may differ by. A correct backend can be this far from another correct one;
 - `fp32, tf32 attention`: the same with the model in fp32 and u * 2^-11 (a kernel with tf32 dots, as Triton's
   default for fp32 on NVIDIA, next to one with full fp32 dots): the noise floor of the fp32 rows.
-Prints a table and writes conditioning.json under $OUT (or ./conditioning-results).
+Prints a table and writes conditioning.json in --out (default ./conditioning-results).
 
 Models: the configs e2e_check.py runs, plus `bloom-alibi-h64-tied` (the Bloom config as it was until the tied
 embedding was cut: with e2e_check.py's N(0, 1) embeddings a tied LM head makes every logit ~ +-700, where one bf16
@@ -113,6 +113,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", default=",".join(DEFAULT_MODELS))
     parser.add_argument("--prompt-len", type=int, default=700)
+    parser.add_argument("--out", help="folder for conditioning.json (default ./conditioning-results)")
     args = parser.parse_args()
     import torch
 
@@ -136,7 +137,7 @@ def main() -> int:
     print(f"\nprompt logprob spread, |d| max / mean in nats (prompt of {args.prompt_len} random tokens)")
     header = ["model", "max |logit|", "mean logprob", "bf16 vs fp64", "1-ulp attention", "fp32, tf32 attention"]
     table = h.print_table(header, rows)
-    path = h.out_dir("conditioning") / "conditioning.json"
+    path = h.out_dir("conditioning", args.out) / "conditioning.json"
     path.write_text(json.dumps({"info": h.gpu_info(), "results": results, "table": table}, indent=1))
     print(f"written {path}")
     return 0

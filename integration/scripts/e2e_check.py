@@ -1,6 +1,6 @@
 """End-to-end agreement of vLLM's CUSTOM backend (tritonfa) with FLASH_ATTN (FA3) and TRITON_ATTN.
 
-Runs on the GPU machine with vLLM 0.24.0 (env: ../shared/gpu-vllm/README.md, section 3):
+Runs on a GPU host with vLLM 0.24.0 (integration/README.md, "GPU scripts"):
 
     python integration/scripts/e2e_check.py --suite llama8b   # dummy Llama-3-8B, bf16 and fp8 KV cache,
                                                               # CUSTOM eager and with CUDA graphs (~4 min)
@@ -24,7 +24,7 @@ rounding of attention than the Llama ones (conditioning.py: two attention kernel
 rounding can differ by ~0.45 nats max / 0.03 mean there): so Bloom runs in fp32 in `small` (fp32 or tf32 dots:
 noise floor 0.002 / 0.0004 nats), and the `alibi` suite checks every layer's attention output in the engine
 against float64 (`_attention_capture.py`: the verdict is per backend, not relative to another backend).
-Results: a table on stdout and e2e_<suite>.json under $OUT (or ./e2e-results).
+Results: a table on stdout and e2e_<suite>.json in --out (default ./e2e-results).
 """
 
 from __future__ import annotations
@@ -219,6 +219,7 @@ def main() -> int:
     parser.add_argument("--models", help="comma-separated subset of the suite's models")
     parser.add_argument("--jobs", type=int, default=3, help="engines at once on the GPU")
     parser.add_argument("--timeout", type=float, default=480, help="seconds per engine")
+    parser.add_argument("--out", help="folder for the JSON result (default ./e2e-results)")
     # worker-only
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--result", help=argparse.SUPPRESS)
@@ -243,7 +244,7 @@ def main() -> int:
     h.setup_env()
     info = h.gpu_info()
     print(f"e2e_check: {len(jobs)} engines, {args.jobs} at a time; {json.dumps(info)}", flush=True)
-    out = h.out_dir("e2e")
+    out = h.out_dir("e2e", args.out)
     logs = Path(tempfile.mkdtemp(prefix="e2e-logs-"))
     gpu_mem = round(min(0.9, 0.88 / max(args.jobs, 1)), 3)
 

@@ -23,7 +23,7 @@ forward host <= FA3 varlen host + 20 us.
 
 GPU machine, vLLM 0.24.0 (the scripts put kernel/src and integration/src on the path), ~1 min:
 
-    python integration/scripts/hostcost.py                       # default cases, table + hostcost.json under $OUT
+    python integration/scripts/hostcost.py --out DIR             # default cases; table, hostcost.json in DIR
 
 `--stub-launcher` replaces the launcher (`attention_forward`, as tritonfa.interface calls it) with a no-op: the rows
 then measure the Python above Triton's launch (the backend, the checks, the custom op), on any machine, CPU
@@ -281,6 +281,7 @@ def main(argv=None) -> int:
     parser.add_argument("--no-vllm-rows", dest="vllm_rows", action="store_false", help="tritonfa rows only")
     parser.add_argument("--smoke", action="store_true", help="CPU plumbing check: tiny shapes, 2 calls, no vLLM rows")
     parser.add_argument("--stub-launcher", action="store_true", help="no kernel launch: time the Python above it")
+    parser.add_argument("--out", help="folder for hostcost.json (default ./hostcost-results)")
     args = parser.parse_args(argv)
     h.setup_env()
     import torch
@@ -320,7 +321,7 @@ def main(argv=None) -> int:
         else:
             print(f"{case}: CUSTOM forward {v['custom_us']:.1f} us host vs limit {v['limit_us']:.1f} us "
                   f"(FA3 varlen + {TARGET_MARGIN_US:.0f}): {'PASS' if v['ok'] else 'FAIL'}")  # fmt: skip
-    path = h.out_dir("hostcost") / "hostcost.json"
+    path = h.out_dir("hostcost", args.out) / "hostcost.json"
     path.write_text(json.dumps({"info": info, "layout": layout, "results": results, "verdicts": checks,
                                 "table": table}, indent=1))  # fmt: skip
     print(f"written {path}")

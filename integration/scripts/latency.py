@@ -5,13 +5,13 @@ input 2048 random token ids, output 128 (ignore_eos, temperature 1, no detokeniz
 iterations of `LLM.generate`, prefix caching off, CUDA graphs and torch.compile at vLLM's defaults. One engine per
 (kv-cache dtype, backend), each in its own process, one after the other.
 
-GPU machine, vLLM 0.24.0 (env: ../shared/gpu-vllm/README.md, section 3); one engine takes ~1.5 min, so run the two
-kv-cache dtypes as two calls (each under the 10-minute limit):
+A GPU host with vLLM 0.24.0 (integration/README.md, "GPU scripts"); one engine takes ~1.5 min on an H200, so the
+two kv-cache dtypes can run as two calls:
 
     python integration/scripts/latency.py --kv-cache-dtypes auto
     python integration/scripts/latency.py --kv-cache-dtypes fp8
 
-Prints a table (average latency, ratio to FLASH_ATTN) and writes latency_<kv dtypes>.json under $OUT (or
+Prints a table (average latency, ratio to FLASH_ATTN) and writes latency_<kv dtypes>.json into --out (default
 ./latency-results). Anchors on an H200 (vLLM 0.24.0): FLASH_ATTN 4.283 s, TRITON_ATTN 5.067 s; fp8 KV 4.151 s and
 5.344 s.
 """
@@ -95,6 +95,7 @@ def main() -> int:
     parser.add_argument("--iters", type=int, default=5)
     parser.add_argument("--tensor-parallel-size", type=int, default=1)
     parser.add_argument("--timeout", type=float, default=400, help="seconds per engine")
+    parser.add_argument("--out", help="folder for the JSON result (default ./latency-results)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--result", help=argparse.SUPPRESS)
     parser.add_argument("--backend", help=argparse.SUPPRESS)
@@ -145,7 +146,7 @@ def main() -> int:
     table = h.print_table(
         ["backend", "kv", "avg s", "p50 s", "/ FLASH_ATTN", "H200 anchor s", "engine init s", "in use"], rows
     )
-    path = h.out_dir("latency") / f"latency_{'_'.join(kv_dtypes)}.json"
+    path = h.out_dir("latency", args.out) / f"latency_{'_'.join(kv_dtypes)}.json"
     path.write_text(json.dumps({"info": info, "workload": workload, "results": results, "table": table}, indent=1))
     print(f"written {path}")
     return 0 if all("error" not in r for r in results) else 1

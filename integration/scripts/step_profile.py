@@ -21,9 +21,9 @@ GPU machine, vLLM 0.24.0; two engines one after the other, ~4 min:
 
     python integration/scripts/step_profile.py                   # CUSTOM and FLASH_ATTN, vLLM defaults
     python integration/scripts/step_profile.py --eager           # without CUDA graphs / torch.compile
-    python integration/scripts/step_profile.py --trace           # also the chrome traces (large) under $OUT
+    python integration/scripts/step_profile.py --trace           # also the chrome traces (large)
 
-Writes step_profile[_eager].json and .md (the tables) under $OUT (or ./step_profile-results).
+Writes step_profile[_eager].json and .md (the tables) in --out (default ./step_profile-results).
 """
 
 from __future__ import annotations
@@ -222,6 +222,7 @@ def main() -> int:
     parser.add_argument("--eager", action="store_true", help="enforce_eager: no CUDA graphs, no torch.compile")
     parser.add_argument("--trace", action="store_true", help="export chrome traces of the two steps")
     parser.add_argument("--timeout", type=float, default=400, help="seconds per engine")
+    parser.add_argument("--out", help="folder for the results (default ./step_profile-results)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--result", help=argparse.SUPPRESS)
     parser.add_argument("--backend", help=argparse.SUPPRESS)
@@ -233,7 +234,7 @@ def main() -> int:
 
     h.setup_env()
     info = h.gpu_info()
-    out = h.out_dir("step_profile")
+    out = h.out_dir("step_profile", args.out)
     import tempfile
 
     logs = Path(tempfile.mkdtemp(prefix="step-profile-logs-"))

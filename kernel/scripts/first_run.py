@@ -126,4 +126,4 @@ x = torch.empty(2**30, dtype=torch.uint8, device=dev)
 y = torch.empty_like(x)
 t = bench(lambda: y.copy_(x))
 print("copy GB/s", 2 * 2**30 / t / 1e6)
-json.dump(res, open(os.environ.get("OUT", ".") + "/gpu1.json", "w"), indent=1)
+json.dump(res, open((sys.argv[1] if len(sys.argv) > 1 else ".") + "/gpu1.json", "w"), indent=1)  # [OUTDIR]

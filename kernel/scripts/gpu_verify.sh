@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# One-call GPU verification (the lent machine has torch/triton but no nox): the kernel suite on the GPU, a
-# compute-sanitizer memcheck over a representative subset, and the side-by-side benchmark.
+# GPU verification in one command, for a GPU host with torch/triton but without nox: the kernel suite on the GPU,
+# a compute-sanitizer memcheck over a representative subset, and the side-by-side benchmark.
 #   bash kernel/scripts/gpu_verify.sh OUTDIR [bench args...]
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
@@ -11,7 +11,7 @@ export PYTHONPATH="$PWD/kernel/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=
 nvidia-smi -L | tee "$out/card.txt"
 
 echo "== kernel tests on the GPU"
-# -v names each failure as it happens, so a run cut off by the call limit still says what failed
+# -v names each failure as it happens, so a run cut off by a time limit still says what failed
 python3 -m pytest tests/kernel --device cuda -n 16 -v --tb=short -p no:cacheprovider -rfE 2>&1 | tee "$out/gpu_tests.log" | grep -E "FAILED|ERROR|passed|failed" | tail -n 40
 
 echo "== compute-sanitizer memcheck (paged, split-KV decode, fp8, masks, varlen)"

@@ -1,4 +1,7 @@
-"""Config sweep on the GPU: prefill and decode shapes x tile configs (via TRITONFA_CONFIG)."""
+"""Config sweep on the GPU: prefill and decode shapes x tile configs (via TRITONFA_CONFIG).
+
+python kernel/scripts/sweep_configs.py [OUTDIR]     # writes OUTDIR/sweep.jsonl (default: .)
+"""
 
 import json
 import os
@@ -15,7 +18,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 import tritonfa
 
 dev = "cuda"
-OUT = os.environ.get("OUT", ".")
+OUT = sys.argv[1] if len(sys.argv) > 1 else "."
 log = open(f"{OUT}/sweep.jsonl", "w")
 print(torch.cuda.get_device_name(), torch.__version__, triton.__version__, flush=True)
 

@@ -1,20 +1,22 @@
-"""The fp8 error study (tritonfa.accuracy): its emulation of the kernel's blocked online softmax matches the real
-kernel on the combinations the kernel implements, and the table covers every mode x P strategy."""
+"""The fp8 error study (accuracy/fp8_error_study.py): its emulation of the kernel's blocked online softmax matches
+the real kernel on the combinations the kernel implements, and the table covers every mode x P strategy."""
 
 import json
 import math
 import os
+import sys
 from pathlib import Path
 
 import pytest
 import torch
 
-from tritonfa import accuracy
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "accuracy"))  # the study is a script of the accuracy suite, not part of tritonfa
+import fp8_error_study as study  # noqa: E402
 
 DEVICE = torch.device(os.environ.get("TRITONFA_TEST_DEVICE", "cpu"))
 ON_GPU = DEVICE.type == "cuda"
-REPO = Path(__file__).resolve().parents[2]
-SIZES = accuracy.SIZES["tiny"]
+SIZES = study.SIZES["tiny"]
 FP8 = torch.float8_e4m3fn
 # GPU: tensor-core accumulation order and Hopper's fp8 accumulators are not modelled by the emulation
 AGREEMENT = 0.25 if ON_GPU else 0.02  # |kernel - emulation| as a share of the emulation's own error
@@ -22,17 +24,17 @@ AGREEMENT = 0.25 if ON_GPU else 0.02  # |kernel - emulation| as a share of the e
 
 @pytest.mark.parametrize("scenario", ["gauss", "sink", "long_heavy_sink"])
 def test_emulation_matches_kernel(scenario):
-    rows, facts = accuracy.measure_scenario(
-        accuracy.SCENARIOS[scenario],
+    rows, facts = study.measure_scenario(
+        study.SCENARIOS[scenario],
         SIZES,
         FP8,
         DEVICE,
         seed=3,
         run_kernel=True,
-        rows=[*accuracy.KERNEL_ROWS, ("fp8kv", "per_tile"), ("fp8kv", "p16")],
+        rows=[*study.KERNEL_ROWS, ("fp8kv", "per_tile"), ("fp8kv", "p16")],
     )
     by_key = {(r.mode, r.strategy): r for r in rows}
-    for key in accuracy.KERNEL_ROWS:
+    for key in study.KERNEL_ROWS:
         row = by_key[key]
         assert row.kernel is not None, key
         # the emulation stands for the kernel: their gap is far below the error being measured
@@ -57,19 +59,19 @@ def test_pow2_emulation_is_the_kernels_scale():
 
 def test_table_has_every_mode_and_strategy(tmp_path):
     scenarios = ["gauss", "long"]
-    doc = accuracy.run_study(SIZES, FP8, DEVICE, scenarios=scenarios, run_kernel=False, log=lambda _: None)
+    doc = study.run_study(SIZES, FP8, DEVICE, scenarios=scenarios, run_kernel=False, log=lambda _: None)
     got = {(r["scenario"], r["mode"], r["strategy"]) for r in doc["rows"]}
-    want = {(s, m, p) for s in scenarios for m, p in accuracy.table_rows()}
+    want = {(s, m, p) for s in scenarios for m, p in study.table_rows()}
     assert got == want
-    assert {m for _, m, _ in got} == set(accuracy.MODES)
-    assert {p for _, _, p in got} == set(accuracy.STRATEGIES)
+    assert {m for _, m, _ in got} == set(study.MODES)
+    assert {p for _, _, p in got} == set(study.STRATEGIES)
     for row in doc["rows"]:
         assert math.isfinite(row["emulated"]["rel_l2"]) and row["emulated"]["rel_l2"] > 0
-    assert doc["recommendation"]["strategy"] in accuracy.FP8_P_STRATEGIES
-    paths = accuracy.write_outputs(doc, [tmp_path])
+    assert doc["recommendation"]["strategy"] in study.FP8_P_STRATEGIES
+    paths = study.write_outputs(doc, [tmp_path])
     text = (tmp_path / "fp8_error_table.md").read_text()
-    for mode, strategy in accuracy.table_rows():
-        assert f"| {accuracy.MODES[mode].label} | {accuracy.STRATEGY_LABELS[strategy]}" in text
+    for mode, strategy in study.table_rows():
+        assert f"| {study.MODES[mode].label} | {study.STRATEGY_LABELS[strategy]}" in text
     assert "Recommendation" in text and "Triton-interpreter scale" in text or ON_GPU
     json.loads((tmp_path / "fp8_error_table.json").read_text())
     assert len(paths) == 2
@@ -80,8 +82,8 @@ def test_committed_table_is_complete():
     doc = json.loads((REPO / "accuracy" / "fp8_error_table.json").read_text())
     got = {(r["scenario"], r["mode"], r["strategy"]) for r in doc["rows"]}
     scenarios = set(doc["scenarios"])
-    assert scenarios == set(accuracy.SCENARIOS)
-    assert got == {(s, m, p) for s in scenarios for m, p in accuracy.table_rows()}
+    assert scenarios == set(study.SCENARIOS)
+    assert got == {(s, m, p) for s in scenarios for m, p in study.table_rows()}
     kernel_rows = [r for r in doc["rows"] if r["kernel_implements"]]
     assert kernel_rows and all(r["kernel"] is not None for r in kernel_rows)
     assert (REPO / "accuracy" / "fp8_error_table.md").read_text().count("| ") > 50

@@ -10,6 +10,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -216,4 +217,48 @@ def test_pinned_versions_agree():
     noxfile = (ROOT / "noxfile.py").read_text()
     nox_pin = re.search(r'NOX_VERSION="\$\{NOX_VERSION:-([\d.]+)\}"', (ROOT / "ci" / "nox.sh").read_text()).group(1)
     assert f'"nox=={nox_pin}"' in noxfile, "ci/nox.sh and noxfile.py's CI_TOOLS pin different nox versions"
-    assert 'TRITON_GPU = "3.6.0"' in noxfile, "crosscompile must also run with the GPU machine's triton"
+    assert 'TRITON_GPU = "3.6.0"' in noxfile, "crosscompile must also run with the GPU images' triton"
+
+
+def test_images_are_pinned():
+    """A moving tag (`latest`, none) changes torch/triton/vLLM under the same commit."""
+    images = {key: value for key, value in load_pipeline()["env"].items() if key.endswith("_IMAGE")}
+    assert set(images) == {"TRITONFA_ROCM_IMAGE", "TRITONFA_CUDA_IMAGE"}
+    for wrapper in DOCKER_WRAPPERS:
+        default = re.search(r'image="\$\{TRITONFA_\w+_IMAGE:-([^}]+)\}"', (ROOT / wrapper).read_text()).group(1)
+        assert default in images.values(), f"{wrapper}'s default image {default} differs from the pipeline's"
+    for image in images.values():
+        name, _, tag = image.rpartition(":")
+        assert name and re.fullmatch(r"v\d+\.\d+\.\d+", tag), f"{image}: pin a release tag"
+
+
+def run_agent_gpu(vendor: str, **env: str) -> subprocess.CompletedProcess:
+    kept = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME")}
+    return subprocess.run([str(ROOT / "ci" / "agent_gpu.sh"), vendor], env={**kept, **env}, capture_output=True,
+                          text=True)  # fmt: skip
+
+
+@pytest.mark.parametrize("vendor, own", [("nvidia", "NVIDIA_VISIBLE_DEVICES"), ("rocm", "HIP_VISIBLE_DEVICES")])
+def test_gpu_steps_use_the_agents_own_gpu(vendor, own):
+    """Agents sharing a host must not all fall back to GPU 0: the agent's tag, else its own variable, else fail."""
+    assert run_agent_gpu(vendor, BUILDKITE_AGENT_META_DATA_GPU="3", **{own: "1"}).stdout.strip() == "3"
+    assert run_agent_gpu(vendor, **{own: "1"}).stdout.strip() == "1"
+    assert run_agent_gpu(vendor, TRITONFA_GPU="2").stdout.strip() == "2"
+    for wrapper in DOCKER_WRAPPERS:
+        text = (ROOT / wrapper).read_text()
+        assert f"ci/agent_gpu.sh {'rocm' if 'rocm' in wrapper else 'nvidia'}" in text
+        assert not re.search(r"VISIBLE_DEVICES:-\d", text), f"{wrapper} falls back to a fixed GPU"
+
+
+def test_agent_without_a_gpu_fails_unless_the_host_has_one():
+    """This CPU machine has no GPU (or several): an agent naming none is a configuration error, exit 2."""
+    if shutil.which("nvidia-smi"):
+        pytest.skip("a host with nvidia-smi: the GPU count decides")
+    result = run_agent_gpu("nvidia")
+    assert result.returncode == 2 and "--tags gpu=N" in result.stderr
+
+
+def test_ci_tag_is_what_ci_run_runs(sessions):
+    """`nox -t ci` (README: the CPU CI set) and .ci/run name the same sessions."""
+    tagged = {entry["name"] for entry in sessions.values() if "ci" in entry.get("tags", [])}
+    assert tagged == {s for w, s in referenced_sessions() if w == ".ci/run"}

@@ -86,10 +86,10 @@ def test_hostcost_runs(device, tmp_path, mode):
     is timed and the JSON written."""
     if device != "cpu":
         pytest.skip("CPU plumbing check; on a GPU run the script itself")
-    env = {**os.environ, "OUT": str(tmp_path), "TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": ""}
-    args = (
-        [mode] if mode == "--smoke" else [mode, "--no-vllm-rows", "--calls", "20", "--warmup", "2", "--cases", "b4x64"]
-    )
+    env = {**os.environ, "TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": ""}
+    args = [mode, "--out", str(tmp_path)]
+    if mode == "--stub-launcher":
+        args += ["--no-vllm-rows", "--calls", "20", "--warmup", "2", "--cases", "b4x64"]
     proc = subprocess.run(
         [sys.executable, str(SCRIPTS / "hostcost.py"), *args], env=env, capture_output=True, text=True, timeout=600
     )

@@ -17,6 +17,7 @@ from attn_testing import (
     random_bias,
     random_seqlens,
     random_sinks,
+    run_kernel,
     scaled,
 )
 
@@ -78,9 +79,16 @@ def test_split_kv_into_preallocated_out():
 
 
 def test_auto_splits_long_decode():
-    """num_splits=0 (auto) on a launch with few programs and many keys: the split path is chosen by itself."""
+    """num_splits=0 (auto) on a launch with few programs and many keys: the split path is chosen by itself.
+
+    The kernel is deterministic, so an fp32 output that differs from the unsplit one in its last bits shows another
+    summation order: KV splits merged by the combine pass (the public API says nothing else about the path taken).
+    """
     inputs = make_inputs([1], [scaled(700, 30000)], num_heads=(4, 4), head_size=64, kv_layout="paged", block_size=64)
-    check_against_reference(inputs, *BF16_TOL, causal=True, num_splits=0)
+    fp32_out = dict(out=torch.empty(inputs.q.shape, dtype=torch.float32, device=DEVICE))
+    auto = check_against_reference(inputs, *BF16_TOL, causal=True, num_splits=0, **fp32_out).clone()
+    unsplit = run_kernel(inputs, causal=True, num_splits=1, **fp32_out)
+    assert not torch.equal(auto, unsplit), "num_splits=0 gave the unsplit result: the split path was not taken"
 
 
 @pytest.mark.parametrize("num_splits", [0, 1, 2])

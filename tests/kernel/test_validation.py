@@ -1,4 +1,8 @@
-"""Bad arguments raise ValueError/TypeError naming the argument; vLLM's extra keywords are accepted."""
+"""Bad arguments raise ValueError/TypeError naming the argument; vLLM's extra keywords are accepted.
+
+A message must start with the argument's name as a whole word ("q must ...", not any "q" in the text), except
+where the fault lies between arguments; those cases give the phrase to look for.
+"""
 
 import re
 
@@ -8,6 +12,10 @@ from attn_testing import DEVICE, ON_GPU, TOLERANCES, assert_close, make_inputs, 
 
 OTHER_DEVICE = "cpu" if ON_GPU else "meta"
 ERRORS = (ValueError, TypeError)
+
+
+class Phrase(str):
+    """Text the message must contain, for faults that lie between arguments."""
 
 
 def _contiguous():
@@ -26,7 +34,8 @@ def _int32(values):
     return torch.tensor(values, dtype=torch.int32, device=DEVICE)
 
 
-# (id, builder of the inputs, mutation of the inputs -> extra kwargs, argument name the message must contain)
+# (id, builder of the inputs, mutation of the inputs -> extra kwargs, argument the message must start with, or a
+# `Phrase` it must contain)
 CASES = [
     ("q_int8", _contiguous, lambda x: _retensor(x, "q", dtype=torch.int8), "q"),
     ("q_fp64", _contiguous, lambda x: _retensor(x, "q", dtype=torch.float64), "q"),
@@ -37,8 +46,9 @@ CASES = [
     ("paged_k_3d", _paged, lambda x: setattr(x, "k", x.k.flatten(0, 1)), "k"),
     ("k_head_size_differs_from_q", _contiguous, lambda x: setattr(x, "k", x.k[..., :32]), "k"),
     ("v_token_count_differs", _contiguous, lambda x: setattr(x, "v", x.v[:-1]), "v"),
-    ("hq_not_multiple_of_hk", _contiguous, lambda x: setattr(x, "q", x.q[:, :3]), "heads"),
-    ("q_head_size_over_256", _contiguous, lambda x: _wide_heads(x, 264, 264), "head size"),
+    ("hq_not_multiple_of_hk", _contiguous, lambda x: setattr(x, "q", x.q[:, :3]),
+     Phrase("number of q heads (3) must be a multiple of the number of k/v heads (2)")),
+    ("q_head_size_over_256", _contiguous, lambda x: _wide_heads(x, 264, 264), "q"),
     ("v_head_size_over_256", _contiguous, lambda x: _wide_heads(x, 64, 320), "v"),
     ("cu_seqlens_q_int64", _contiguous, lambda x: _retensor(x, "cu_seqlens_q", dtype=torch.int64), "cu_seqlens_q"),
     ("cu_seqlens_q_2d", _contiguous, lambda x: setattr(x, "cu_seqlens_q", x.cu_seqlens_q[None]), "cu_seqlens_q"),
@@ -60,7 +70,7 @@ CASES = [
     ("max_seqlen_k_float", _contiguous, lambda x: setattr(x, "max_seqlen_k", 9.0), "max_seqlen_k"),
     ("dropout", _contiguous, lambda x: dict(dropout_p=0.1), "dropout_p"),
     ("return_attn_probs", _contiguous, lambda x: dict(return_attn_probs=True), "return_attn_probs"),
-    ("unknown_keyword", _contiguous, lambda x: dict(no_such_option=1), "no_such_option"),
+    ("unknown_keyword", _contiguous, lambda x: dict(no_such_option=1), Phrase("unsupported arguments: ['no_such_option']")),
     ("window_size_three_values", _contiguous, lambda x: dict(window_size=(1, 2, 3)), "window_size"),
     ("window_size_below_minus_one", _contiguous, lambda x: dict(window_size=(-2, 0)), "window_size"),
     ("softcap_negative", _contiguous, lambda x: dict(softcap=-1.0), "softcap"),
@@ -87,6 +97,12 @@ CASES = [
 ]  # fmt: skip
 
 
+def _pattern(expected: str) -> str:
+    if isinstance(expected, Phrase):
+        return re.escape(expected)
+    return rf"^{re.escape(expected)}\b"
+
+
 def _wide_heads(inputs, head_size, head_size_v):
     inputs.q = torch.randn(inputs.q.shape[0], 4, head_size, device=DEVICE).bfloat16()
     inputs.k = torch.randn(inputs.k.shape[0], 2, head_size, device=DEVICE).bfloat16()
@@ -97,14 +113,14 @@ def _wide_heads(inputs, head_size, head_size_v):
 def test_bad_argument_is_named(build, mutate, argument):
     inputs = build()
     kwargs = mutate(inputs) or {}
-    with pytest.raises(ERRORS, match=re.escape(argument)):
+    with pytest.raises(ERRORS, match=_pattern(argument)):
         run_kernel(inputs, **kwargs)
 
 
 def test_q_not_a_tensor():
     inputs = _contiguous()
     inputs.q = inputs.q.tolist()
-    with pytest.raises(TypeError, match="q"):
+    with pytest.raises(TypeError, match=r"^q must be a torch.Tensor, got list"):
         run_kernel(inputs)
 
 

@@ -33,6 +33,8 @@ class AttentionConfig:
     num_stages: int
     pack_gqa: bool = False  # put the GROUP query heads of a KV head into one tile's rows
     waves_per_eu: int = 0  # AMD only: occupancy hint, 0 = compiler default
+    tma: bool = False  # contiguous K/V through tensor descriptors (Hopper's TMA) instead of pointer loads
+    fp8_q_for_fp8_kv: bool = False  # opt-in: a 16-bit q with an fp8 KV cache is rounded to fp8 (per-row scale)
 
     def launch_options(self, arch: str) -> dict:
         options = {"num_warps": self.num_warps, "num_stages": self.num_stages}
@@ -88,9 +90,9 @@ def native_fp8_dot(arch: str, dtype: torch.dtype) -> bool:
 _TABLE: dict[tuple[str, bool], dict[int, AttentionConfig]] = {
     # Hopper: chosen by the config sweep recorded in PERF_NOTES.md (H200, 2026-12-02).
     ("hopper", False): {
-        64: AttentionConfig(128, 64, 8, 3, pack_gqa=True),
-        128: AttentionConfig(128, 64, 8, 3, pack_gqa=True),
-        256: AttentionConfig(128, 64, 8, 2, pack_gqa=True),
+        64: AttentionConfig(128, 64, 8, 3, pack_gqa=True, tma=True),
+        128: AttentionConfig(128, 64, 8, 3, pack_gqa=True, tma=True),
+        256: AttentionConfig(128, 64, 8, 2, pack_gqa=True, tma=True),
     },
     ("hopper", True): {
         128: AttentionConfig(16, 128, 4, 4, pack_gqa=True),

@@ -59,7 +59,7 @@ def _normalize_window(window_size: Any, causal: bool) -> tuple[int, int]:
         if left < -1 or right < -1:
             raise ValueError(f"window_size entries must be >= -1 (-1 = unbounded), got {window_size!r}")
     if causal:
-        right = 0 if right < 0 else min(right, 0)
+        right = 0  # causal is a window ending on the diagonal, whatever right edge was asked for (FA semantics)
     return left, right
 
 
@@ -102,7 +102,7 @@ def flash_attn_varlen_func(
 
     q: [total_q, Hq, D]; k, v: [total_k, Hk, D(v)] with cu_seqlens_k, or paged [num_blocks, block_size, Hk, D(v)]
     with block_table [batch, max_blocks] and seqused_k [batch]. Returns out [total_q, Hq, Dv] (and lse fp32
-    [Hq, total_q] if return_softmax_lse). Full contract: the project's DESIGN.md; semantics in tritonfa.reference.
+    [Hq, total_q] if return_softmax_lse). Full contract: kernel/SEMANTICS.md; tritonfa.reference implements it.
     """
     unknown = set(ignored) - set(_IGNORED_KWARGS)
     if unknown:

@@ -1,8 +1,9 @@
 """Fixes for three numeric bugs of Triton's CPU interpreter (TRITON_INTERPRET=1), pinned to triton 3.9.
 
-Never applied by the kernel path: the test suite (tests/conftest.py) and CPU-scale studies (tritonfa.accuracy)
-call `patch_triton_interpreter()` before running kernels in the interpreter; tests/kernel/test_interpreter_patches.py
-checks that each fix still applies and that each bug is still there (so a triton upgrade says when to drop one).
+Never applied by the kernel path: the test suite (tests/conftest.py) and the tools' CPU modes (`python -m
+tritonfa.bench`, accuracy/fp8_error_study.py) call `patch_triton_interpreter()` before running kernels in the
+interpreter; tests/kernel/test_interpreter_patches.py checks that each fix still applies and that each bug is still
+there (so a triton upgrade says when to drop one).
 
 1. triton#11584: tl.dot on bf16 multiplies the raw uint16 bit patterns. Fix: give create_dot float32 operands.
    fp8 operands get the same exact upcast (the interpreter's own turns e4m3fn NaN into 480 and flushes e5m2

@@ -1,8 +1,8 @@
 """Plain-torch attention reference: the oracle for tests and benchmarks.
 
-`attention_reference` implements the whole contract of `tritonfa.flash_attn_varlen_func` (DESIGN.md and
-kernel/SEMANTICS.md) with one Python loop over sequences and dense per-sequence math. It shares no code with the
-kernel on purpose: it is meant to be obviously right, not fast.
+`attention_reference` implements the whole contract of `tritonfa.flash_attn_varlen_func` (kernel/SEMANTICS.md)
+with one Python loop over sequences and dense per-sequence math. It shares no code with the kernel on purpose: it
+is meant to be obviously right, not fast.
 
 Inputs are dequantized first (`stored.to(compute_dtype) * descale`), so by default the result is the exact
 answer for the values the kernel sees. Two options turn it into a "PyTorch low-precision reference" for the

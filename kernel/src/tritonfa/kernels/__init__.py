@@ -1,130 +1,126 @@
-"""Triton kernels and their launchers, plus the specs CI uses to cross-compile them for GPUs it does not have."""
+"""Triton kernels and their launchers, plus the specs CI uses to cross-compile them for GPUs it does not have.
+
+The specs come from the launcher itself: `plan_attention` runs on meta tensors (shapes, dtypes and strides, no
+memory) for representative inputs, and each planned launch becomes one spec, so CI compiles exactly the
+signatures and constexprs the launcher would use.
+"""
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
+from triton.tools.tensor_descriptor import TensorDescriptor
 
 from tritonfa.configs import all_configs
-from tritonfa.fp8 import default_fp8_dtype, fp8_max, p_scale
-from tritonfa.kernels.attention import (
-    _TORCH_TO_TL,
-    _dot_dtypes,
-    attention_fwd_kernel,
-    combine_splits_kernel,
-    dot_precision,
-)
+from tritonfa.fp8 import default_fp8_dtype
+from tritonfa.kernels.attention import _TORCH_TO_TL, KernelLaunch, plan_attention
 
-_POINTERS = (
-    "q_ptr", "k_ptr", "v_ptr", "out_ptr", "lse_ptr", "cu_seqlens_q_ptr", "cu_seqlens_k_ptr", "seqused_k_ptr",
-    "block_table_ptr", "alibi_ptr", "bias_ptr", "sink_ptr", "q_descale_ptr", "k_descale_ptr", "v_descale_ptr",
-    "out_scale_ptr", "split_out_ptr", "split_lse_ptr",
-)  # fmt: skip
-_FLOAT_SCALARS = ("softmax_scale", "softcap")
+_SCALAR_FLOATS = ("softmax_scale", "softcap")
 
 
-def _pointer_type(dtype: torch.dtype) -> str:
-    return "*" + str(_TORCH_TO_TL[dtype]).replace("float", "fp").replace("bfloat16", "bf16").replace("fp8e", "fp8e")
+def _type_name(dtype: torch.dtype) -> str:
+    return str(_TORCH_TO_TL[dtype]).replace("float", "fp").replace("bfloat16", "bf16")
 
 
-def _variants(arch: str) -> list[dict]:
-    """Representative dtype/feature combinations the dispatcher produces on `arch` (split-KV: decode-style)."""
-    fp8 = default_fp8_dtype(arch)
-    bf16 = torch.bfloat16
-    return [
-        dict(q=bf16, kv=bf16, out=bf16, paged=False, features=False, split=False),
-        dict(q=bf16, kv=bf16, out=bf16, paged=True, features=True, split=False),
-        dict(q=bf16, kv=bf16, out=bf16, paged=True, features=True, split=True),
-        dict(q=bf16, kv=fp8, out=bf16, paged=True, features=False, split=False),
-        dict(q=fp8, kv=fp8, out=fp8, paged=False, features=False, split=False),
-    ]
-
-
-def _signature(fn, constexpr_names: set[str], pointer_dtypes: dict[str, torch.dtype]) -> dict[str, str]:
-    signature = {}
-    for name in fn.arg_names:
-        if name in constexpr_names:
-            signature[name] = "constexpr"
-        elif name in pointer_dtypes:
-            signature[name] = _pointer_type(pointer_dtypes[name])
-        elif name in ("cu_seqlens_q_ptr", "cu_seqlens_k_ptr", "seqused_k_ptr", "block_table_ptr"):
-            signature[name] = "*i32"
-        elif name in _POINTERS:
-            signature[name] = "*fp32"
-        elif name in _FLOAT_SCALARS:
+def _signature(launch: KernelLaunch) -> dict[str, str]:
+    """Triton's type string for every argument of a planned launch (constexprs included)."""
+    runtime_names = [n for n in launch.fn.arg_names if n not in launch.constexprs]
+    if len(runtime_names) != len(launch.args):
+        raise ValueError(f"{launch.fn.__name__}: {len(launch.args)} arguments for {len(runtime_names)} parameters")
+    signature: dict[str, str] = {}
+    for name, value in zip(runtime_names, launch.args):
+        if isinstance(value, TensorDescriptor):
+            block = ", ".join(str(b) for b in value.block_shape)
+            signature[name] = f"tensordesc<{_type_name(value.base.dtype)}[{block}]>"
+        elif isinstance(value, torch.Tensor):
+            signature[name] = "*" + (_type_name(value.dtype) if value.dtype in _TORCH_TO_TL else "i32")
+        elif isinstance(value, float) or name in _SCALAR_FLOATS:
             signature[name] = "fp32"
         else:
             signature[name] = "i32"
+    for name in launch.constexprs:
+        signature[name] = "constexpr"
     return signature
 
 
-def _combine_specs(arch: str) -> list[dict]:
-    """The split-KV merge kernel for the head sizes and outputs (16-bit, fp8 with output_scale) it sees."""
+def _meta_inputs(arch: str, q_dtype, kv_dtype, head_dim: int, paged: bool, decode: bool, features: bool) -> dict:
+    """flash_attn_varlen_func-like arguments on the meta device (no memory): 4 sequences, 16 q / 4 kv heads."""
+    meta = dict(device="meta")
+    num_seqs, hq, hk = 4, 16, 4
+    seqlen_q = 1 if decode else 256
+    total_q, total_k = num_seqs * seqlen_q, num_seqs * 512
+    q = torch.empty((total_q, hq, head_dim), dtype=q_dtype, **meta)
+    if paged:
+        k = torch.empty((total_k // 16, 16, hk, head_dim), dtype=kv_dtype, **meta)
+        block_table = torch.empty((num_seqs, 32), dtype=torch.int32, **meta)
+    else:
+        k = torch.empty((total_k, hk, head_dim), dtype=kv_dtype, **meta)
+        block_table = None
+    fp8_q, fp8_kv = q_dtype != torch.bfloat16, kv_dtype != torch.bfloat16
+    scale = torch.empty((), dtype=torch.float32, **meta)
+    out_dtype = q_dtype if fp8_q else torch.bfloat16
+    cu = torch.empty((num_seqs + 1,), dtype=torch.int32, **meta)
+    return dict(
+        q=q, k=k, v=torch.empty_like(k), out=torch.empty((total_q, hq, head_dim), dtype=out_dtype, **meta),
+        lse=torch.empty((hq, total_q), dtype=torch.float32, **meta) if features else None,
+        cu_seqlens_q=cu, cu_seqlens_k=None if paged else cu,
+        seqused_k=torch.empty((num_seqs,), dtype=torch.int32, **meta) if paged else None,
+        block_table=block_table,
+        alibi_slopes=torch.empty((hq,), dtype=torch.float32, **meta) if features else None,
+        bias=torch.empty((1, hq, seqlen_q, 512), dtype=torch.float32, **meta) if features else None,
+        s_aux=torch.empty((hq,), dtype=torch.float32, **meta) if features else None,
+        q_descale=scale if fp8_q else None, k_descale=scale if fp8_kv else None, v_descale=scale if fp8_kv else None,
+        output_scale=scale if fp8_q else None,
+        max_seqlen_q=seqlen_q, max_seqlen_k=512, softmax_scale=0.125, window_left=-1 if not features else 64,
+        window_right=0, softcap=30.0 if features else 0.0, num_splits=4 if features and decode else 0, arch=arch,
+    )  # fmt: skip
+
+
+def _variants(arch: str) -> list[dict]:
+    """Representative dtype/feature combinations the dispatcher produces on `arch`."""
     fp8 = default_fp8_dtype(arch)
-    specs = []
-    constexpr_names = {combine_splits_kernel.arg_names[i] for i in combine_splits_kernel.constexprs}
-    for head_dim_v in (64, 128, 256):
-        for out_dtype in (torch.bfloat16, fp8):
-            fp8_out = out_dtype == fp8
-            constexprs = dict(
-                HEAD_DIM_V=head_dim_v, BLOCK_DV=head_dim_v, BLOCK_SPLITS=16, HAS_SINK=True, HAS_OUT_SCALE=fp8_out,
-                RETURN_LSE=True, OUT_MAX=fp8_max(out_dtype) if fp8_out else 0.0,
-            )  # fmt: skip
-            name = f"combine_splits[{arch} dv{head_dim_v} out:{out_dtype}]".replace("torch.", "")
-            signature = _signature(combine_splits_kernel, constexpr_names, {"out_ptr": out_dtype})
-            specs.append(
-                dict(
-                    name=name, fn=combine_splits_kernel, signature=signature, constexprs=constexprs,
-                    options=dict(num_warps=4, num_stages=1),
-                )
-            )  # fmt: skip
-    return specs
+    bf16 = torch.bfloat16
+    return [
+        dict(q_dtype=bf16, kv_dtype=bf16, paged=False, features=False),
+        dict(q_dtype=bf16, kv_dtype=bf16, paged=True, features=True),
+        dict(q_dtype=bf16, kv_dtype=fp8, paged=True, features=False),
+        dict(q_dtype=bf16, kv_dtype=fp8, paged=False, features=False),
+        dict(q_dtype=fp8, kv_dtype=fp8, paged=False, features=False),
+    ]
 
 
-def cross_compile_specs(arch: str) -> list[dict]:
-    """One spec per (config the dispatcher can pick on `arch`) x (representative feature variant).
+def cross_compile_specs(arch: str) -> list[dict[str, Any]]:
+    """One spec per distinct launch the launcher plans on `arch` for every config head size x feature variant.
 
     Each spec: name, fn, signature (arg -> Triton type string), constexprs, options (num_warps, ...).
     """
-    specs = []
-    constexpr_names = {attention_fwd_kernel.arg_names[i] for i in attention_fwd_kernel.constexprs}
-    for block_d, config in all_configs(arch):
+    specs: dict[str, dict[str, Any]] = {}
+    head_dims = sorted({bound for bound, _ in all_configs(arch)})
+    for head_dim in head_dims:
         for variant in _variants(arch):
-            qk_dtype, pv_dtype = _dot_dtypes(arch, variant["q"], variant["kv"], variant["kv"])
-            head_dim = block_d
-            group = 4
-            h_pack = group if config.pack_gqa else 1
-            fp8_out = variant["out"] not in (torch.float16, torch.bfloat16, torch.float32)
-            constexprs = dict(
-                GROUP=group, H_PACK=h_pack, HEAD_CHUNKS=1, HEAD_DIM=head_dim, HEAD_DIM_V=head_dim,
-                BLOCK_D=block_d, BLOCK_DV=block_d, BLOCK_M=config.block_m, BLOCK_N=config.block_n,
-                PAGED=variant["paged"], HAS_SEQUSED=variant["paged"], USE_WINDOW=True,
-                HAS_SOFTCAP=variant["features"], HAS_ALIBI=variant["features"], HAS_BIAS=variant["features"],
-                HAS_SINK=variant["features"], HAS_Q_DESCALE=variant["q"] != torch.bfloat16,
-                HAS_K_DESCALE=variant["kv"] != torch.bfloat16, HAS_V_DESCALE=variant["kv"] != torch.bfloat16,
-                HAS_OUT_SCALE=fp8_out, RETURN_LSE=variant["features"],
-                QK_DTYPE=_TORCH_TO_TL[qk_dtype], PV_DTYPE=_TORCH_TO_TL[pv_dtype],
-                V_IS_FP8=variant["kv"] != torch.bfloat16,
-                P_SCALE=p_scale(variant["kv"]) if variant["kv"] != torch.bfloat16 else 1.0,
-                OUT_MAX=fp8_max(variant["out"]) if fp8_out else 0.0,
-                DOT_PRECISION=dot_precision(arch, qk_dtype, pv_dtype), SPLIT_KV=variant["split"],
-            )  # fmt: skip
-            pointer_dtypes = {"q_ptr": variant["q"], "k_ptr": variant["kv"], "v_ptr": variant["kv"]}
-            pointer_dtypes["out_ptr"] = variant["out"]
-            signature = _signature(attention_fwd_kernel, constexpr_names, pointer_dtypes)
-            tag = "paged" if variant["paged"] else "varlen"
-            name = (
-                f"attention_fwd[{arch} d{head_dim} m{config.block_m} n{config.block_n} "
-                f"w{config.num_warps} s{config.num_stages}"
-                f"{' packed' if config.pack_gqa else ''} q:{variant['q']} kv:{variant['kv']} {tag}"
-                f"{' all-features' if variant['features'] else ''}{' split-kv' if variant['split'] else ''}]"
-            ).replace("torch.", "")
-            specs.append(
-                dict(
-                    name=name,
-                    fn=attention_fwd_kernel,
-                    signature=signature,
-                    constexprs=constexprs,
-                    options=config.launch_options(arch),
-                )
-            )
-    return specs + _combine_specs(arch)
+            for decode in (False, True):
+                inputs = _meta_inputs(arch, head_dim=head_dim, decode=decode, **variant)
+                for launch in plan_attention(**inputs):
+                    signature = _signature(launch)
+                    c = launch.constexprs
+                    name = (
+                        f"{launch.fn.__name__}[{arch} d{head_dim} "
+                        + " ".join(
+                            f"{key}={value}"
+                            for key, value in sorted(c.items())
+                            if key in ("BLOCK_M", "BLOCK_N", "PAGED", "USE_TMA", "SPLIT_KV", "SEQ_FILTER", "QK_DTYPE",
+                                       "PV_DTYPE", "HAS_BIAS", "BLOCK_DV", "HAS_OUT_SCALE", "SCALE_Q")
+                        )  # fmt: skip
+                        + f" w{launch.options['num_warps']} s{launch.options['num_stages']}]"
+                    )
+                    # The sequence filter of a mixed batch's two launches changes a few scalar branches: one of
+                    # each tile shape is enough to prove the code compiles.
+                    shape_constexprs = {k: v for k, v in c.items() if k not in ("SEQ_FILTER", "TILES_PER_SEQ")}
+                    key = repr((launch.fn.__name__, sorted(signature.items()), sorted(shape_constexprs.items()),
+                                launch.options))  # fmt: skip
+                    specs.setdefault(
+                        key,
+                        dict(name=name, fn=launch.fn, signature=signature, constexprs=dict(c), options=launch.options),
+                    )
+    return list(specs.values())

@@ -19,14 +19,18 @@ divided by P_SCALE at the end.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
+from typing import Any
 
 import torch
 import triton
 import triton.language as tl
 
-from tritonfa.configs import DECODE_MAX_SEQLEN_Q, detect_arch, native_fp8_dot, select_config
+from triton.tools.tensor_descriptor import TensorDescriptor
+
+from tritonfa.configs import DECODE_MAX_SEQLEN_Q, AttentionConfig, detect_arch, native_fp8_dot, select_config
 from tritonfa.fp8 import FP8_DTYPES, fp8_max, is_fp8, p_scale
 
 LOG2E = tl.constexpr(1.4426950408889634)
@@ -59,25 +63,30 @@ def _attend_kv_range(
     l_i,
     m_i,
     q,
+    score_scale,  # [BM] fp32: softmax scale x descales (x q's row scale when q is quantized), natural log units
     kv_start,
     kv_end,
     k_ptr,
     v_ptr,
+    k_desc,
+    v_desc,
     block_table_ptr,
     bias_ptr,
     kv_head,
     seq_k_start,
     seq_k_len,
     block_size,
+    num_blocks,
     q_idx,
     row_valid,
     head_of_row,
     alibi_slope_log2,
-    qk_scale,
     softcap,
     diagonal,
     window_left,
     window_right,
+    bias_len_q,
+    bias_len_k,
     stride_k_block,
     stride_k_tok,
     stride_k_head,
@@ -96,6 +105,8 @@ def _attend_kv_range(
     BLOCK_N: tl.constexpr,
     MASKED: tl.constexpr,
     PAGED: tl.constexpr,
+    USE_TMA: tl.constexpr,
+    V_KEY_MAJOR: tl.constexpr,
     USE_WINDOW: tl.constexpr,
     HAS_SOFTCAP: tl.constexpr,
     HAS_ALIBI: tl.constexpr,
@@ -110,11 +121,20 @@ def _attend_kv_range(
     o_dv = tl.arange(0, BLOCK_DV)
     m_d = o_d < HEAD_DIM
     m_dv = o_dv < HEAD_DIM_V
+    # Without softcap/ALiBi/bias the scale is applied inside exp2's argument (one FFMA per score) instead of to the
+    # scores first; max(s) * c == max(s * c) because every scale is positive.
+    TRANSFORMED: tl.constexpr = HAS_SOFTCAP or HAS_ALIBI or HAS_BIAS
+    if TRANSFORMED:
+        fold = tl.full(score_scale.shape, 1.0, tl.float32)  # [BM]
+    else:
+        fold = score_scale * LOG2E
     for start in range(kv_start, kv_end, BLOCK_N):
         i_k = start + tl.arange(0, BLOCK_N)  # [BN] key positions within the sequence
         m_k = i_k < seq_k_len
         if PAGED:
-            i_block = tl.load(block_table_ptr + i_k // block_size, mask=m_k, other=0).to(tl.int64)
+            i_block = tl.load(block_table_ptr + i_k // block_size, mask=m_k, other=0)
+            # An out-of-range block id (a scheduler bug) must not make the kernel read outside the cache.
+            i_block = tl.minimum(tl.maximum(i_block, 0), num_blocks - 1).to(tl.int64)
             i_in_block = (i_k % block_size).to(tl.int64)
             o_k_row = i_block * stride_k_block + i_in_block * stride_k_tok
             o_v_row = i_block * stride_v_block + i_in_block * stride_v_tok
@@ -122,39 +142,52 @@ def _attend_kv_range(
             i_row = (seq_k_start + i_k).to(tl.int64)
             o_k_row = i_row * stride_k_tok
             o_v_row = i_row * stride_v_tok
-        p_k = k_ptr + kv_head * stride_k_head + o_k_row[None, :] + o_d[:, None] * stride_k_dim  # [BD, BN]
-        p_v = v_ptr + kv_head * stride_v_head + o_v_row[:, None] + o_dv[None, :] * stride_v_dim  # [BN, BDV]
-        if MASKED:
-            b_k = tl.load(p_k, mask=m_d[:, None] & m_k[None, :], other=0.0)
-            b_v = tl.load(p_v, mask=m_k[:, None] & m_dv[None, :], other=0.0)
+        if USE_TMA:
+            # Tensor descriptors (TMA on Hopper): rows past the tensor read as 0; rows of the next sequence are masked.
+            b_k = k_desc.load([seq_k_start + start, kv_head * HEAD_DIM]).T  # [BD, BN]
         else:
-            # Interior blocks: every key exists; head dims are masked only when padded to a power of two.
-            if BLOCK_D == HEAD_DIM:
-                b_k = tl.load(p_k)
+            p_k = k_ptr + kv_head * stride_k_head + o_k_row[None, :] + o_d[:, None] * stride_k_dim  # [BD, BN]
+            if MASKED:
+                b_k = tl.load(p_k, mask=m_d[:, None] & m_k[None, :], other=0.0)
+            elif BLOCK_D == HEAD_DIM:
+                b_k = tl.load(p_k)  # interior blocks: every key exists
             else:
-                b_k = tl.load(p_k, mask=m_d[:, None], other=0.0)
-            if BLOCK_DV == HEAD_DIM_V:
+                b_k = tl.load(p_k, mask=m_d[:, None], other=0.0)  # head dims padded to a power of two
+        # Key-major V (fp8 on Hopper) keeps pointer loads: a descriptor's inner offset (here a key) must be
+        # 16-byte aligned, and sequences start anywhere.
+        if USE_TMA and not V_KEY_MAJOR:
+            b_v = v_desc.load([seq_k_start + start, kv_head * HEAD_DIM_V])  # [BN, BDV]
+            if MASKED:
+                b_v = tl.where(m_k[:, None], b_v, 0.0)  # 0 * (a NaN of the next sequence) would be NaN
+        else:
+            p_v = v_ptr + kv_head * stride_v_head + o_v_row[:, None] + o_dv[None, :] * stride_v_dim  # [BN, BDV]
+            if MASKED:
+                b_v = tl.load(p_v, mask=m_k[:, None] & m_dv[None, :], other=0.0)
+            elif BLOCK_DV == HEAD_DIM_V:
                 b_v = tl.load(p_v)
             else:
                 b_v = tl.load(p_v, mask=m_dv[None, :], other=0.0)
 
         b_s = tl.dot(q, b_k.to(QK_DTYPE), input_precision=DOT_PRECISION)  # [BM, BN]
-        if HAS_SOFTCAP:
-            b_s = softcap * _tanh(b_s * (qk_scale / softcap)) * LOG2E
-        else:
-            b_s = b_s * (qk_scale * LOG2E)
-        if HAS_ALIBI:
-            distance = tl.abs(q_idx[:, None] + diagonal - i_k[None, :]).to(tl.float32)
-            b_s -= alibi_slope_log2[:, None] * distance
-        if HAS_BIAS:
-            p_bias = (
-                bias_ptr
-                + head_of_row[:, None].to(tl.int64) * stride_bias_head
-                + q_idx[:, None].to(tl.int64) * stride_bias_q
-                + i_k[None, :].to(tl.int64) * stride_bias_k
-            )
-            b_bias = tl.load(p_bias, mask=row_valid[:, None] & m_k[None, :], other=0.0)
-            b_s += b_bias.to(tl.float32) * LOG2E
+        if TRANSFORMED:
+            # log2-domain scores with the scale applied
+            if HAS_SOFTCAP:
+                b_s = (softcap * LOG2E) * _tanh(b_s * (score_scale / softcap)[:, None])
+            else:
+                b_s = b_s * (score_scale * LOG2E)[:, None]
+            if HAS_ALIBI:
+                distance = tl.abs(q_idx[:, None] + diagonal - i_k[None, :]).to(tl.float32)
+                b_s -= alibi_slope_log2[:, None] * distance
+            if HAS_BIAS:
+                p_bias = (
+                    bias_ptr
+                    + head_of_row[:, None].to(tl.int64) * stride_bias_head
+                    + q_idx[:, None].to(tl.int64) * stride_bias_q
+                    + i_k[None, :].to(tl.int64) * stride_bias_k
+                )
+                m_bias = (row_valid & (q_idx < bias_len_q))[:, None] & (m_k & (i_k < bias_len_k))[None, :]
+                b_bias = tl.load(p_bias, mask=m_bias, other=0.0)
+                b_s += b_bias.to(tl.float32) * LOG2E
         if MASKED:
             visible = m_k[None, :]
             if USE_WINDOW:
@@ -162,11 +195,11 @@ def _attend_kv_range(
                 visible = visible & (relative <= window_right) & (relative >= -window_left)
             b_s = tl.where(visible, b_s, float("-inf"))
 
-        m_new = tl.maximum(m_i, tl.max(b_s, 1))
+        m_new = tl.maximum(m_i, tl.max(b_s, 1) * fold)
         # A row that has seen no key yet has m = -inf; subtracting 0 instead keeps exp2 free of inf - inf.
         m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
         alpha = tl.exp2(m_i - m_safe)
-        b_p = tl.exp2(b_s - m_safe[:, None])  # [BM, BN]
+        b_p = tl.exp2(b_s * fold[:, None] - m_safe[:, None])  # [BM, BN]
         l_i = l_i * alpha + tl.sum(b_p, 1)
         acc = acc * alpha[:, None]
         if V_IS_FP8:
@@ -184,11 +217,17 @@ def _attend_kv_range(
 @triton.jit(
     do_not_specialize=[
         "num_seqs",
+        "total_q",
+        "total_k",
+        "num_blocks",
+        "max_blocks",
         "softmax_scale",
         "softcap",
         "window_left",
         "window_right",
         "block_size",
+        "bias_len_q",
+        "bias_len_k",
         "stride_bt_seq",
         "stride_bias_batch",
         "stride_bias_head",
@@ -204,6 +243,8 @@ def attention_fwd_kernel(
     q_ptr,  # [total_q, Hq, D]
     k_ptr,  # [total_k, Hk, D] or paged [num_blocks, block_size, Hk, D]
     v_ptr,  # [total_k, Hk, Dv] or paged [num_blocks, block_size, Hk, Dv]
+    k_desc,  # USE_TMA: descriptor of k as [total_k, Hk * D], blocks [BN, BD]; else unused
+    v_desc,  # USE_TMA and not V_KEY_MAJOR: v as [total_k, Hk * Dv], blocks [BN, BDV]
     out_ptr,  # [total_q, Hq, Dv]
     lse_ptr,  # [Hq, total_q] fp32
     cu_seqlens_q_ptr,  # [batch + 1] int32
@@ -211,7 +252,7 @@ def attention_fwd_kernel(
     seqused_k_ptr,  # [batch] int32
     block_table_ptr,  # [batch, max_blocks] int32
     alibi_ptr,  # [batch | broadcast, Hq] fp32
-    bias_ptr,  # [batch | 1, Hq | 1, max_seqlen_q, max_seqlen_k]
+    bias_ptr,  # [batch | 1, Hq | 1, bias_len_q, bias_len_k]
     sink_ptr,  # [Hq] fp32
     q_descale_ptr,  # [batch | broadcast, Hk | broadcast] fp32, likewise k and v
     k_descale_ptr,
@@ -220,11 +261,17 @@ def attention_fwd_kernel(
     split_out_ptr,  # [num_splits, total_q, Hq, Dv] fp32 partial outputs (split-KV only)
     split_lse_ptr,  # [num_splits, Hq, total_q] fp32 partial lse (split-KV only)
     num_seqs,
+    total_q,  # rows of q / out: no load or store goes past them, whatever cu_seqlens_q holds
+    total_k,  # rows of contiguous k / v
+    num_blocks,  # blocks in the paged cache
+    max_blocks,  # block-table columns
     softmax_scale,
     softcap,
     window_left,
     window_right,
     block_size,
+    bias_len_q,
+    bias_len_k,
     stride_q_tok,
     stride_q_head,
     stride_q_dim,
@@ -267,6 +314,8 @@ def attention_fwd_kernel(
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     PAGED: tl.constexpr,
+    USE_TMA: tl.constexpr,
+    V_KEY_MAJOR: tl.constexpr,
     HAS_SEQUSED: tl.constexpr,
     USE_WINDOW: tl.constexpr,
     HAS_SOFTCAP: tl.constexpr,
@@ -278,13 +327,19 @@ def attention_fwd_kernel(
     HAS_V_DESCALE: tl.constexpr,
     HAS_OUT_SCALE: tl.constexpr,
     RETURN_LSE: tl.constexpr,
+    SCALE_Q: tl.constexpr,  # q is cast to QK_DTYPE after a per-row power-of-two scale maps its max |q| to <= Q_MAX
     QK_DTYPE: tl.constexpr,
     PV_DTYPE: tl.constexpr,
     V_IS_FP8: tl.constexpr,
     P_SCALE: tl.constexpr,
+    Q_MAX: tl.constexpr,
     OUT_MAX: tl.constexpr,  # fp8 output clamp; 0 = no clamp
     DOT_PRECISION: tl.constexpr,
     SPLIT_KV: tl.constexpr,  # program_id(2) picks a slice of the KV range; combine_splits_kernel merges
+    MIN_BLOCKS_PER_SPLIT: tl.constexpr,  # SPLIT_KV: splits past cdiv(KV blocks, this) only mark themselves empty
+    SEQ_FILTER: tl.constexpr,  # 0: every sequence; 1: only seqlen_q > DECODE_MAX_Q; 2: only seqlen_q <= DECODE_MAX_Q
+    TILES_PER_SEQ: tl.constexpr,  # 0: tiles packed over cu_seqlens_q; > 0: program_id(0) // TILES_PER_SEQ = sequence
+    DECODE_MAX_Q: tl.constexpr,
 ):
     TOKENS_PER_TILE: tl.constexpr = BLOCK_M // H_PACK
     tile_id = tl.program_id(0)
@@ -292,11 +347,22 @@ def attention_fwd_kernel(
     kv_head = i_hc // HEAD_CHUNKS
     head_chunk = i_hc % HEAD_CHUNKS
 
-    seq = _find_sequence(cu_seqlens_q_ptr, tile_id, num_seqs, TOKENS_PER_TILE)
+    if TILES_PER_SEQ > 0:
+        seq = tile_id // TILES_PER_SEQ
+        tile_in_seq = tile_id % TILES_PER_SEQ
+    else:
+        seq = _find_sequence(cu_seqlens_q_ptr, tile_id, num_seqs, TOKENS_PER_TILE)
     seq_q_start = tl.load(cu_seqlens_q_ptr + seq)
     seq_q_len = tl.load(cu_seqlens_q_ptr + seq + 1) - seq_q_start
+    if TILES_PER_SEQ == 0:
+        tile_in_seq = tile_id - (seq_q_start // TOKENS_PER_TILE + seq)
+    if SEQ_FILTER == 1:
+        if seq_q_len <= DECODE_MAX_Q:
+            return
+    if SEQ_FILTER == 2:
+        if seq_q_len > DECODE_MAX_Q:
+            return
     tiles_in_seq = tl.cdiv(seq_q_len, TOKENS_PER_TILE)
-    tile_in_seq = tile_id - (seq_q_start // TOKENS_PER_TILE + seq)
     if tile_in_seq >= tiles_in_seq:
         return
     # Last tiles first: under a causal mask they see the most keys, so the long programs start early.
@@ -307,29 +373,44 @@ def attention_fwd_kernel(
         seq_k_len = tl.load(cu_seqlens_k_ptr + seq + 1) - tl.load(cu_seqlens_k_ptr + seq)
     if PAGED:
         seq_k_start = 0
+        seq_k_cap = max_blocks * block_size  # keys the block table can address
     else:
-        seq_k_start = tl.load(cu_seqlens_k_ptr + seq)
+        seq_k_start = tl.minimum(tl.maximum(tl.load(cu_seqlens_k_ptr + seq), 0), total_k)
+        seq_k_cap = total_k - seq_k_start
+    seq_k_len = tl.minimum(tl.maximum(seq_k_len, 0), seq_k_cap)
 
     o_row = tl.arange(0, BLOCK_M)
     o_d = tl.arange(0, BLOCK_D)
     o_dv = tl.arange(0, BLOCK_DV)
     head_in_group = head_chunk * H_PACK + o_row % H_PACK  # [BM]
     q_idx = q_tile_start + o_row // H_PACK  # [BM] query position within the sequence
-    row_valid = (q_idx < seq_q_len) & (head_in_group < GROUP)
+    i_q_tok = (seq_q_start + q_idx).to(tl.int64)
+    # Rows outside [0, total_q) (inconsistent cu_seqlens_q) are neither read nor written.
+    row_valid = (q_idx < seq_q_len) & (head_in_group < GROUP) & (i_q_tok >= 0) & (i_q_tok < total_q)
     if TOKENS_PER_TILE * H_PACK != BLOCK_M:
         row_valid = row_valid & (o_row < TOKENS_PER_TILE * H_PACK)
     head_of_row = kv_head * GROUP + head_in_group  # [BM] query head
-    i_q_tok = (seq_q_start + q_idx).to(tl.int64)
 
     p_q = q_ptr + i_q_tok[:, None] * stride_q_tok + head_of_row[:, None] * stride_q_head + o_d[None, :] * stride_q_dim
-    b_q = tl.load(p_q, mask=row_valid[:, None] & (o_d < HEAD_DIM)[None, :], other=0.0).to(QK_DTYPE)  # [BM, BD]
+    b_q = tl.load(p_q, mask=row_valid[:, None] & (o_d < HEAD_DIM)[None, :], other=0.0)  # [BM, BD]
 
     qk_scale = softmax_scale
     if HAS_Q_DESCALE:
         qk_scale *= tl.load(q_descale_ptr + seq * stride_qdesc_seq + kv_head * stride_qdesc_head)
     if HAS_K_DESCALE:
         qk_scale *= tl.load(k_descale_ptr + seq * stride_kdesc_seq + kv_head * stride_kdesc_head)
-    softcap_f32 = softcap
+    if SCALE_Q:
+        # A bf16 q meeting an fp8 K runs the QK dot in fp16 (fp8 -> fp16 is one conversion per two values, and exact)
+        # or, opted in, in fp8. Each row's own power-of-two scale keeps its largest |q| within QK_DTYPE's range; the
+        # scale moves into the scores exactly.
+        b_q_f32 = b_q.to(tl.float32)
+        q_amax = tl.max(tl.abs(b_q_f32), 1)  # [BM]
+        q_row_scale = tl.where(q_amax > 0.0, tl.exp2(tl.ceil(tl.log2(tl.maximum(q_amax, 1e-30) / Q_MAX))), 1.0)
+        b_q = (b_q_f32 / q_row_scale[:, None]).to(QK_DTYPE)
+        score_scale = qk_scale * q_row_scale  # [BM]
+    else:
+        b_q = b_q.to(QK_DTYPE)
+        score_scale = tl.full([BLOCK_M], 1.0, tl.float32) * qk_scale  # [BM]
 
     if HAS_ALIBI:
         alibi_slope_log2 = tl.load(alibi_ptr + seq * stride_alibi_seq + head_of_row, mask=row_valid, other=0.0) * LOG2E
@@ -359,8 +440,21 @@ def attention_fwd_kernel(
         full_hi = (seq_k_len // BLOCK_N) * BLOCK_N
     kv_hi = tl.maximum(kv_hi, kv_lo)
     if SPLIT_KV:
+        # The split count is sized on the device from this sequence's real KV range: under CUDA graphs the grid
+        # is fixed at capture, so splits a short context does not need mark themselves empty and stop.
         split = tl.program_id(2)
-        blocks_per_split = tl.cdiv(tl.cdiv(kv_hi - kv_lo, BLOCK_N), tl.num_programs(2))
+        kv_blocks = tl.cdiv(kv_hi - kv_lo, BLOCK_N)
+        splits_used = tl.maximum(tl.minimum(tl.num_programs(2), tl.cdiv(kv_blocks, MIN_BLOCKS_PER_SPLIT)), 1)
+        if split >= splits_used:
+            p_slse = (
+                split_lse_ptr
+                + split.to(tl.int64) * stride_split_lse
+                + head_of_row.to(tl.int64) * stride_split_lse_head
+                + i_q_tok
+            )
+            tl.store(p_slse, tl.full([BLOCK_M], float("-inf"), tl.float32), mask=row_valid)
+            return
+        blocks_per_split = tl.cdiv(kv_blocks, splits_used)
         kv_lo = tl.minimum(kv_lo + split * blocks_per_split * BLOCK_N, kv_hi)
         kv_hi = tl.minimum(kv_lo + blocks_per_split * BLOCK_N, kv_hi)
     mid_lo = tl.minimum(tl.maximum(full_lo, kv_lo), kv_hi)
@@ -372,14 +466,14 @@ def attention_fwd_kernel(
         range_lo = kv_lo if part == 0 else (mid_lo if part == 1 else mid_hi)
         range_hi = mid_lo if part == 0 else (mid_hi if part == 1 else kv_hi)
         acc, l_i, m_i = _attend_kv_range(
-            acc, l_i, m_i, b_q, range_lo, range_hi, k_ptr, v_ptr, block_table_row, bias_base, kv_head,
-            seq_k_start, seq_k_len, block_size, q_idx, row_valid, head_of_row, alibi_slope_log2, qk_scale,
-            softcap_f32, diagonal, window_left, window_right,
+            acc, l_i, m_i, b_q, score_scale, range_lo, range_hi, k_ptr, v_ptr, k_desc, v_desc, block_table_row,
+            bias_base, kv_head, seq_k_start, seq_k_len, block_size, num_blocks, q_idx, row_valid, head_of_row,
+            alibi_slope_log2, softcap, diagonal, window_left, window_right, bias_len_q, bias_len_k,
             stride_k_block, stride_k_tok, stride_k_head, stride_k_dim,
             stride_v_block, stride_v_tok, stride_v_head, stride_v_dim,
             stride_bias_head, stride_bias_q, stride_bias_k,
-            HEAD_DIM, HEAD_DIM_V, BLOCK_D, BLOCK_DV, BLOCK_N, part != 1, PAGED, USE_WINDOW, HAS_SOFTCAP,
-            HAS_ALIBI, HAS_BIAS, QK_DTYPE, PV_DTYPE, V_IS_FP8, P_SCALE, DOT_PRECISION,
+            HEAD_DIM, HEAD_DIM_V, BLOCK_D, BLOCK_DV, BLOCK_N, part != 1, PAGED, USE_TMA, V_KEY_MAJOR, USE_WINDOW,
+            HAS_SOFTCAP, HAS_ALIBI, HAS_BIAS, QK_DTYPE, PV_DTYPE, V_IS_FP8, P_SCALE, DOT_PRECISION,
         )  # fmt: skip
 
     if HAS_SINK and not SPLIT_KV:
@@ -483,7 +577,9 @@ def combine_splits_kernel(
         + i_head * stride_split_head
         + o_dv[None, :]
     )
-    b_so = tl.load(p_so, mask=m_split[:, None] & m_dv[None, :], other=0.0)  # [BS, BDV]
+    # Splits a short context left empty (lse -inf) wrote no partial output: skip reading them.
+    m_used = m_split & (b_lse > float("-inf"))
+    b_so = tl.load(p_so, mask=m_used[:, None] & m_dv[None, :], other=0.0)  # [BS, BDV]
     safe_denominator = tl.where(denominator == 0.0, 1.0, denominator)
     b_o = tl.sum(b_so * weight[:, None], 0) / safe_denominator  # [BDV]
     if HAS_OUT_SCALE:
@@ -497,11 +593,6 @@ def combine_splits_kernel(
         tl.store(lse_ptr + i_head * stride_lse_head + i_tok, lse)
 
 
-def _dummy(reference: torch.Tensor) -> torch.Tensor:
-    # Stands in for absent optional tensors; never dereferenced (its HAS_* flag is off).
-    return reference
-
-
 def _descale_strides(descale: torch.Tensor | None) -> tuple[int, int]:
     if descale is None or descale.dim() < 2:
         return 0, 0  # a single value broadcast to every (sequence, KV head)
@@ -510,10 +601,6 @@ def _descale_strides(descale: torch.Tensor | None) -> tuple[int, int]:
 
 def _next_pow2_at_least(value: int, floor: int) -> int:
     return max(triton.next_power_of_2(value), floor)
-
-
-def _tl_dtype(dtype: torch.dtype) -> tl.dtype:
-    return _TORCH_TO_TL[dtype]
 
 
 _TORCH_TO_TL = {
@@ -547,6 +634,19 @@ def _dot_dtypes(arch: str, q: torch.dtype, k: torch.dtype, v: torch.dtype) -> tu
     return qk, pv
 
 
+# A bf16 q is scaled per row to at most this (a power of two) before it is cast to fp16 for a dot with fp8 K.
+FP16_SAFE_MAX = 32768.0
+
+
+def quantizes_q(arch: str, config: AttentionConfig, q: torch.dtype, k: torch.dtype) -> bool:
+    """Whether a 16-bit q is rounded to K's fp8 type in the kernel (per-row scale) so that QK is a native fp8 dot.
+
+    Opt-in (`AttentionConfig.fp8_q_for_fp8_kv`, e.g. TRITONFA_CONFIG='{"fp8_q_for_fp8_kv": true}'): it costs q's
+    rounding error (3 mantissa bits for e4m3). The default runs such a QK dot in fp16, exactly.
+    """
+    return config.fp8_q_for_fp8_kv and q in (torch.float16, torch.bfloat16) and is_fp8(k) and native_fp8_dot(arch, k)
+
+
 def dot_precision(arch: str, qk_dtype: torch.dtype, pv_dtype: torch.dtype) -> str:
     """`input_precision` of the two dots: full fp32 ("ieee") for fp32 inputs, which the contract computes exactly.
 
@@ -559,7 +659,27 @@ def dot_precision(arch: str, qk_dtype: torch.dtype, pv_dtype: torch.dtype) -> st
     return "tf32"
 
 
-def attention_forward(
+@dataclasses.dataclass
+class KernelLaunch:
+    """One kernel launch, fully bound: what the launcher runs and what CI cross-compiles (one source for both)."""
+
+    fn: Any
+    grid: tuple[int, ...]
+    args: tuple  # positional runtime arguments, in the kernel's order
+    constexprs: dict[str, Any]
+    options: dict[str, Any]  # num_warps, num_stages, waves_per_eu
+
+    def __call__(self) -> None:
+        self.fn[self.grid](*self.args, **self.constexprs, **self.options)
+
+
+def attention_forward(*args, **kwargs) -> None:
+    """Launch the forward kernel on validated arguments; writes `out` (and `lse` if given). See `plan_attention`."""
+    for launch in plan_attention(*args, **kwargs):
+        launch()
+
+
+def plan_attention(
     q: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor,
@@ -583,13 +703,50 @@ def attention_forward(
     window_right: int,
     softcap: float,
     num_splits: int = 0,
-) -> None:
-    """Launch the forward kernel on validated arguments; writes `out` (and `lse` if given).
+    arch: str | None = None,
+) -> list[KernelLaunch]:
+    """The launches that compute attention for validated arguments (buffers for split-KV are allocated here).
 
     window_left / window_right are -1 for unbounded (causal has been folded into window_right = 0).
-    num_splits: KV splits per query tile (0 = chosen from the launch size, 1 = no split).
+    num_splits: KV splits per query tile of a decode-shaped batch (0 = chosen from the launch size, 1 = no split).
+    arch: the architecture family to plan for (default: q's device's).
+
+    A decode-shaped batch (max_seqlen_q <= DECODE_MAX_SEQLEN_Q) is one launch with the decode tiles. Any other batch
+    of several sequences is two launches over the same arguments: prefill tiles for the sequences with more than
+    DECODE_MAX_SEQLEN_Q queries, decode tiles for the others (a chunked-prefill step's decodes would otherwise
+    each fill a whole prefill tile). Each launch skips the other's sequences on the device: no lengths are read on
+    the host.
     """
-    arch = detect_arch(q.device)
+    arch = arch or detect_arch(q.device)
+    num_seqs = cu_seqlens_q.shape[0] - 1
+    dot_floor = 32 if any(is_fp8(t.dtype) for t in (q, k, v)) else 16
+    block_d = _next_pow2_at_least(q.shape[-1], dot_floor)
+    block_dv = _next_pow2_at_least(v.shape[-1], dot_floor)
+    element_bytes = max(t.element_size() for t in (q, k, v))
+    plan = functools.partial(
+        _plan_launch, arch, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, alibi_slopes,
+        bias, s_aux, q_descale, k_descale, v_descale, output_scale, softmax_scale, window_left, window_right, softcap,
+        block_d, block_dv,
+    )  # fmt: skip
+    decode_config = select_config(arch, max(block_d, block_dv), 1, element_bytes)
+    if max_seqlen_q <= DECODE_MAX_SEQLEN_Q:
+        return plan(decode_config, seq_filter=0, num_splits=num_splits)
+    prefill_config = select_config(arch, max(block_d, block_dv), max_seqlen_q, element_bytes)
+    if num_seqs == 1:
+        return plan(prefill_config, seq_filter=0, num_splits=1)
+    return plan(prefill_config, seq_filter=1, num_splits=1) + plan(decode_config, seq_filter=2, num_splits=1)
+
+
+def _plan_launch(
+    arch, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, alibi_slopes, bias, s_aux,
+    q_descale, k_descale, v_descale, output_scale, softmax_scale, window_left, window_right, softcap, block_d,
+    block_dv, config: AttentionConfig, seq_filter: int, num_splits: int,
+) -> list[KernelLaunch]:  # fmt: skip
+    """One launch of attention_fwd_kernel (+ combine_splits_kernel when the KV range is split).
+
+    seq_filter 2 (decode sequences of a mixed batch) maps DECODE_MAX_SEQLEN_Q // tokens-per-tile tiles to every
+    sequence, so the grid does not grow with the prefill tokens of the batch.
+    """
     num_seqs = cu_seqlens_q.shape[0] - 1
     total_q, num_q_heads, head_dim = q.shape
     paged = block_table is not None
@@ -597,66 +754,87 @@ def attention_forward(
     head_dim_v = v.shape[-1]
     group = num_q_heads // num_kv_heads
 
-    dot_floor = 32 if any(is_fp8(t.dtype) for t in (q, k, v)) else 16
-    block_d = _next_pow2_at_least(head_dim, dot_floor)
-    block_dv = _next_pow2_at_least(head_dim_v, dot_floor)
-    element_bytes = max(t.element_size() for t in (q, k, v))
-    config = select_config(arch, max(block_d, block_dv), max_seqlen_q, element_bytes)
     h_pack = min(group, config.block_m) if config.pack_gqa else 1
     head_chunks = triton.cdiv(group, h_pack)
     tokens_per_tile = config.block_m // h_pack
-    grid = (total_q // tokens_per_tile + num_seqs, num_kv_heads * head_chunks)
+    if seq_filter == 2:
+        tiles_per_seq = triton.cdiv(DECODE_MAX_SEQLEN_Q, tokens_per_tile)
+        grid: tuple[int, ...] = (num_seqs * tiles_per_seq, num_kv_heads * head_chunks)
+    else:
+        tiles_per_seq = 0
+        grid = (total_q // tokens_per_tile + num_seqs, num_kv_heads * head_chunks)
     if num_splits == 0:
-        num_splits = _auto_num_splits(q.device, config, num_seqs * grid[1], max_seqlen_q, max_seqlen_k)
+        num_splits = _auto_num_splits(q.device, num_seqs * grid[1])
     split_kv = num_splits > 1
     if split_kv:
         grid = (*grid, num_splits)
         split_out = torch.empty((num_splits, total_q, num_q_heads, head_dim_v), dtype=torch.float32, device=q.device)
         split_lse = torch.empty((num_splits, num_q_heads, total_q), dtype=torch.float32, device=q.device)
     else:
-        split_out = split_lse = _dummy(q)
+        split_out = split_lse = q  # never dereferenced (SPLIT_KV is off)
 
-    qk_dtype, pv_dtype = _dot_dtypes(arch, q.dtype, k.dtype, v.dtype)
+    quantize_q = quantizes_q(arch, config, q.dtype, k.dtype)
+    scale_q = quantize_q or (q.dtype == torch.bfloat16 and is_fp8(k.dtype))
+    q_compute = k.dtype if quantize_q else (torch.float16 if scale_q else q.dtype)
+    qk_dtype, pv_dtype = _dot_dtypes(arch, q_compute, k.dtype, v.dtype)
     out_max = fp8_max(out.dtype) if is_fp8(out.dtype) else 0.0
     unbounded = 1 << 30  # farther than any position, so -1 windows need no special case in the kernel
 
-    if _wants_key_major_v(arch, v, paged):
-        v = _key_major_copy(v)
+    v_key_major = _wants_key_major_v(arch, v, paged)
+    v_storage = _key_major_copy(v) if v_key_major else None
+    if v_storage is not None:
+        v = v_storage[:, :, : v.shape[0]].permute(2, 0, 1)  # the same [total_k, Hk, Dv] tensor, keys contiguous
+    k_desc, v_desc = _tensor_descriptors(config, arch, k, v, v_storage, paged, config.block_n, block_d, block_dv)
+    use_tma = k_desc is not None
+    if not use_tma:
+        k_desc, v_desc = k, v  # never dereferenced (USE_TMA is off)
     if paged:
         k_strides = (k.stride(0), k.stride(1), k.stride(2), k.stride(3))
         v_strides = (v.stride(0), v.stride(1), v.stride(2), v.stride(3))
         block_size = k.shape[1]
+        num_blocks = k.shape[0]
+        max_blocks = block_table.shape[1]
+        total_k = 0
     else:
         k_strides = (0, k.stride(0), k.stride(1), k.stride(2))
         v_strides = (0, v.stride(0), v.stride(1), v.stride(2))
-        block_size = 1
+        block_size = num_blocks = max_blocks = 1
+        total_k = k.shape[0]
     if bias is not None:
         bias_strides = tuple(bias.stride(i) if bias.shape[i] > 1 else 0 for i in range(4))
+        bias_len_q, bias_len_k = bias.shape[2], bias.shape[3]
     else:
         bias_strides = (0, 0, 0, 0)
+        bias_len_q = bias_len_k = 0
 
-    attention_fwd_kernel[grid](
-        q, k, v, out,
-        lse if lse is not None else _dummy(q),
+    args = (
+        q, k, v, k_desc, v_desc, out,
+        lse if lse is not None else q,
         cu_seqlens_q,
         cu_seqlens_k if cu_seqlens_k is not None else cu_seqlens_q,
         seqused_k if seqused_k is not None else cu_seqlens_q,
         block_table if block_table is not None else cu_seqlens_q,
-        alibi_slopes if alibi_slopes is not None else _dummy(q),
-        bias if bias is not None else _dummy(q),
-        s_aux if s_aux is not None else _dummy(q),
-        q_descale if q_descale is not None else _dummy(q),
-        k_descale if k_descale is not None else _dummy(q),
-        v_descale if v_descale is not None else _dummy(q),
-        output_scale if output_scale is not None else _dummy(q),
+        alibi_slopes if alibi_slopes is not None else q,
+        bias if bias is not None else q,
+        s_aux if s_aux is not None else q,
+        q_descale if q_descale is not None else q,
+        k_descale if k_descale is not None else q,
+        v_descale if v_descale is not None else q,
+        output_scale if output_scale is not None else q,
         split_out,
         split_lse,
         num_seqs,
+        total_q,
+        total_k,
+        num_blocks,
+        max_blocks,
         float(softmax_scale),
         float(softcap),
         window_left if window_left >= 0 else unbounded,
         window_right if window_right >= 0 else unbounded,
         block_size,
+        bias_len_q,
+        bias_len_k,
         q.stride(0), q.stride(1), q.stride(2),
         *k_strides,
         *v_strides,
@@ -670,6 +848,8 @@ def attention_forward(
         *_descale_strides(v_descale),
         *(split_out.stride()[:3] if split_kv else (0, 0, 0)),
         *(split_lse.stride()[:2] if split_kv else (0, 0)),
+    )  # fmt: skip
+    constexprs = dict(
         GROUP=group,
         H_PACK=h_pack,
         HEAD_CHUNKS=head_chunks,
@@ -680,6 +860,8 @@ def attention_forward(
         BLOCK_M=config.block_m,
         BLOCK_N=config.block_n,
         PAGED=paged,
+        USE_TMA=use_tma,
+        V_KEY_MAJOR=v_key_major,
         HAS_SEQUSED=seqused_k is not None,
         USE_WINDOW=window_left >= 0 or window_right >= 0,
         HAS_SOFTCAP=softcap > 0.0,
@@ -691,34 +873,80 @@ def attention_forward(
         HAS_V_DESCALE=v_descale is not None,
         HAS_OUT_SCALE=output_scale is not None,
         RETURN_LSE=lse is not None,
-        QK_DTYPE=_tl_dtype(qk_dtype),
-        PV_DTYPE=_tl_dtype(pv_dtype),
+        SCALE_Q=scale_q,
+        QK_DTYPE=_TORCH_TO_TL[qk_dtype],
+        PV_DTYPE=_TORCH_TO_TL[pv_dtype],
         V_IS_FP8=is_fp8(v.dtype),
         P_SCALE=p_scale(v.dtype) if is_fp8(v.dtype) else 1.0,
+        Q_MAX=(fp8_max(k.dtype) if quantize_q else FP16_SAFE_MAX) if scale_q else 0.0,
         OUT_MAX=out_max,
         DOT_PRECISION=dot_precision(arch, qk_dtype, pv_dtype),
         SPLIT_KV=split_kv,
-        **config.launch_options(arch),
+        MIN_BLOCKS_PER_SPLIT=MIN_BLOCKS_PER_SPLIT,
+        SEQ_FILTER=seq_filter,
+        TILES_PER_SEQ=tiles_per_seq,
+        DECODE_MAX_Q=DECODE_MAX_SEQLEN_Q,
     )  # fmt: skip
+    launches = [KernelLaunch(attention_fwd_kernel, grid, args, constexprs, config.launch_options(arch))]
     if split_kv:
-        combine_splits_kernel[(total_q, num_q_heads)](
+        combine_args = (
             split_out, split_lse, out,
-            lse if lse is not None else _dummy(q),
-            s_aux if s_aux is not None else _dummy(q),
-            output_scale if output_scale is not None else _dummy(q),
+            lse if lse is not None else q,
+            s_aux if s_aux is not None else q,
+            output_scale if output_scale is not None else q,
             num_splits,
             split_out.stride(0), split_out.stride(1), split_out.stride(2),
             split_lse.stride(0), split_lse.stride(1),
             out.stride(0), out.stride(1), out.stride(2),
             lse.stride(0) if lse is not None else 0,
+        )  # fmt: skip
+        combine_constexprs = dict(
             HEAD_DIM_V=head_dim_v,
             BLOCK_DV=triton.next_power_of_2(head_dim_v),
-            BLOCK_SPLITS=triton.next_power_of_2(num_splits),
+            BLOCK_SPLITS=MAX_SPLITS,
             HAS_SINK=s_aux is not None,
             HAS_OUT_SCALE=output_scale is not None,
             RETURN_LSE=lse is not None,
             OUT_MAX=out_max,
+        )
+        launches.append(
+            KernelLaunch(
+                combine_splits_kernel, (total_q, num_q_heads), combine_args, combine_constexprs,
+                {"num_warps": 4, "num_stages": 1},
+            )
         )  # fmt: skip
+    return launches
+
+
+def _tensor_descriptors(config, arch, k, v, v_storage, paged, block_n, block_d, block_dv):
+    """(k, v) tensor descriptors (TMA on Hopper) for contiguous KV, or (None, None) where the pointer path is used.
+
+    K and V are described as 2-D [total_k, Hk * D] so one descriptor serves every head; that needs the head size
+    to be a power of two (a padded tile would read the next head's columns) and 16-byte aligned rows.
+    """
+    if not config.tma or paged or arch not in ("hopper", "blackwell", "interpreter") or k.shape[0] == 0:
+        return None, None
+    total_k, num_kv_heads, head_dim = k.shape
+    head_dim_v = v.shape[-1]
+    if head_dim != block_d or head_dim_v != block_dv:
+        return None, None
+
+    def rows_ok(t: torch.Tensor) -> bool:
+        return (
+            t.stride(-1) == 1
+            and t.stride(-2) == t.shape[-1]
+            and (t.stride(0) * t.element_size()) % 16 == 0
+            and t.data_ptr() % 16 == 0
+        )
+
+    if not rows_ok(k) or (v_storage is None and not rows_ok(v)):
+        return None, None
+    k_desc = TensorDescriptor(k, [total_k, num_kv_heads * head_dim], [k.stride(0), 1], [block_n, block_d])
+    if v_storage is None:
+        v_desc = TensorDescriptor(v, [total_k, num_kv_heads * head_dim_v], [v.stride(0), 1], [block_n, block_dv])
+    else:
+        v_desc = k_desc  # key-major V is read through pointers (see _attend_kv_range); never dereferenced
+    return k_desc, v_desc
 
 
 def _wants_key_major_v(arch: str, v: torch.Tensor, paged: bool) -> bool:
@@ -733,28 +961,31 @@ def _wants_key_major_v(arch: str, v: torch.Tensor, paged: bool) -> bool:
 
 
 def _key_major_copy(v: torch.Tensor) -> torch.Tensor:
-    """The same [total_k, Hk, Dv] tensor, stored as [Hk, Dv, total_k padded to 16] (keys contiguous).
+    """V [total_k, Hk, Dv] copied to storage [Hk, Dv, total_k padded to 16] (keys contiguous).
 
     The padding keeps the Dv stride a multiple of 16 whatever total_k is, so the stride's alignment never
-    triggers a recompile.
+    triggers a recompile and the storage can back a tensor descriptor.
     """
     total_k, num_heads, head_dim = v.shape
     padded = triton.cdiv(total_k, 16) * 16
     storage = torch.empty((num_heads, head_dim, padded), dtype=v.dtype, device=v.device)
     storage[:, :, :total_k].copy_(v.permute(1, 2, 0))
-    return storage[:, :, :total_k].permute(2, 0, 1)
+    return storage
 
 
-def _auto_num_splits(device: torch.device, config, programs: int, max_seqlen_q: int, max_seqlen_k: int) -> int:
-    """Split the KV range when a decode-shaped launch has too few programs to fill the GPU.
+# Each split of a split-KV launch covers at least this many key blocks (else the combine costs more than it saves).
+MIN_BLOCKS_PER_SPLIT = 4
 
-    Uses host-side sizes only, rounded to a power of two so few combine variants get compiled.
+
+def _auto_num_splits(device: torch.device, programs: int) -> int:
+    """KV splits for a decode-shaped launch of `programs` (sequence, head-chunk) pairs: enough to fill the GPU twice.
+
+    Depends on the batch size only, never on lengths: the kernel sizes the splits a sequence really uses from its
+    KV length on the device, so a CUDA graph captured at one length replays well at any other, and a new length
+    never compiles a new variant. A power of two so few grids/variants appear.
     """
-    if max_seqlen_q > DECODE_MAX_SEQLEN_Q:
-        return 1
     target_programs = 2 * _multiprocessor_count(device)
-    min_keys_per_split = 4 * config.block_n
-    splits = min(triton.cdiv(target_programs, max(programs, 1)), max_seqlen_k // min_keys_per_split, MAX_SPLITS)
+    splits = min(triton.cdiv(target_programs, max(programs, 1)), MAX_SPLITS)
     return triton.next_power_of_2(splits) if splits > 1 else 1
 
 

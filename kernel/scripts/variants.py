@@ -1,0 +1,160 @@
+"""A/B experiment on a GPU: tritonfa under several configs (TRITONFA_CONFIG overrides) on the benchmark workloads.
+
+Every variant's output is checked against `tritonfa.reference` (the same check as `python -m tritonfa.bench`) and
+timed with the bench's timers (do_bench for prefill, CUDA-graph replays for decode and mixed batches); peers that
+torch ships (cuDNN SDPA, FlexAttention) run once per workload in the same process, so ratios compare like with like.
+
+    python kernel/scripts/variants.py --plan prefill --out results_dir     # or --plan decode / mixed / all
+    python kernel/scripts/variants.py --plan decode --only b64x2048 --variants default,bn64-s3
+
+Writes <out>/variants-<plan>.jsonl (one row per workload x variant) and prints a table at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+# name -> TRITONFA_CONFIG override (applied to every config the dispatcher picks in that run)
+PREFILL_VARIANTS = {
+    "default": {},
+    "no-tma": {"tma": False},
+    "bn128-s2": {"block_n": 128, "num_stages": 2},
+    "s2": {"num_stages": 2},
+    "s4": {"num_stages": 4},
+    "bm64-w4": {"block_m": 64, "num_warps": 4, "num_stages": 3},
+    "fp8q-on": {"fp8_q_for_fp8_kv": True},
+}
+DECODE_VARIANTS = {
+    "default": {},
+    "bn64-s3": {"block_n": 64, "num_stages": 3},
+    "bn64-s5": {"block_n": 64, "num_stages": 5},
+    "bn32-s4": {"block_n": 32, "num_stages": 4},
+    "bm64-bn64-s3": {"block_m": 64, "block_n": 64, "num_stages": 3},
+    "w8": {"num_warps": 8},
+    "fp8q-on": {"fp8_q_for_fp8_kv": True},
+}
+PLANS = {
+    "prefill": (
+        [
+            "prefill-b8x2048-causal",
+            "prefill-b4x4096-noncausal",
+            "prefill-b8x2048-causal-paged",
+            "prefill-d96-b8x2048-causal",
+            "prefill-d256-b8x2048-causal",
+            "fp8-prefill-b8x2048-causal",
+            "fp8-prefill-b4x4096-noncausal",
+            "fp8kv-prefill-b8x2048-causal",
+        ],
+        PREFILL_VARIANTS,
+    ),
+    "decode": (
+        [
+            "decode-b64x2048-paged",
+            "fp8kv-decode-b64x2048-paged",
+            "decode-b8x32768-paged",
+            "decode-b256x1024-paged",
+            "decode-q4-b64x2048-paged",
+            "decode-d64-b64x2048-paged",
+            "decode-d256-b64x2048-paged",
+            "decode-b64x2048-paged-bs1",
+            "decode-b64x2048-paged-bs256",
+        ],
+        DECODE_VARIANTS,
+    ),
+    "mixed": (["mixed-4x512+60-paged"], {"default": {}}),
+}
+PEERS = ("sdpa-cudnn", "flex")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--plan", default="all", help=f"one of {sorted(PLANS)} or all")
+    parser.add_argument("--out", default=".", help="folder for the JSONL results")
+    parser.add_argument("--only", default="", help="comma-separated substrings of workload names")
+    parser.add_argument("--variants", default="", help="comma-separated variant names (default: all of the plan)")
+    parser.add_argument("--no-peers", action="store_true", help="skip cuDNN / Flex")
+    args = parser.parse_args(argv)
+
+    import torch
+
+    from tritonfa.bench import FULL_REPS, make_case, reference_check, run_impl
+    from tritonfa.bench.workloads import WORKLOADS
+
+    by_name = {w.name: w for w in WORKLOADS}
+    plans = sorted(PLANS) if args.plan == "all" else args.plan.split(",")
+    only = [s for s in args.only.split(",") if s]
+    wanted = [s for s in args.variants.split(",") if s]
+    out_dir = Path(args.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    device = torch.device("cuda")
+    print(f"{torch.cuda.get_device_name()} torch {torch.__version__}", flush=True)
+    table = []
+    for plan in plans:
+        names, variants = PLANS[plan]
+        sink = open(out_dir / f"variants-{plan}.jsonl", "a")
+        for name in names:
+            if only and not any(s in name for s in only):
+                continue
+            workload = by_name[name]
+            case = make_case(workload, device)
+            check = reference_check(case)
+            impls = [] if args.no_peers else list(PEERS)
+            runs = [(impl, "peer", None) for impl in impls]
+            runs += [
+                ("tritonfa", label, cfg)
+                for label, cfg in variants.items()
+                if (not wanted or label in wanted)
+                and ("fp8_q_for_fp8_kv" not in cfg or (workload.fp8_kv and not workload.fp8_q))
+            ]
+            for impl, label, cfg in runs:
+                if cfg is not None:
+                    os.environ["TRITONFA_CONFIG"] = json.dumps(cfg)
+                start = time.perf_counter()
+                row = run_impl(impl, case, check, FULL_REPS)
+                os.environ.pop("TRITONFA_CONFIG", None)
+                record = dict(
+                    plan=plan, workload=name, impl=impl, variant=label, config=cfg, status=row.status, ms=row.ms,
+                    tflops=row.tflops, gbps=row.gbps, error=row.error, reason=row.reason,
+                    first_call_s=row.first_call_s, wall_s=time.perf_counter() - start,
+                )  # fmt: skip
+                sink.write(json.dumps(record) + "\n")
+                sink.flush()
+                table.append(record)
+                metric = f"{row.tflops:7.1f} TFLOP/s" if workload.kind == "prefill" else f"{row.gbps or 0:7.0f} GB/s"
+                ms = f"{row.ms:.4f}" if row.ms else "-"
+                print(
+                    f"{name:32s} {impl:10s} {label:14s} {row.status:11s} {ms:>8s} ms {metric} "
+                    f"err {row.error if row.error is not None else float('nan'):.1e} {row.reason or ''}",
+                    flush=True,
+                )
+            del case
+            torch.cuda.empty_cache()
+        sink.close()
+    print("\nsummary (best tritonfa variant per workload vs best peer)")
+    for name in dict.fromkeys(r["workload"] for r in table):
+        rows = [r for r in table if r["workload"] == name and r["status"] == "ok" and r["ms"]]
+        ours = [r for r in rows if r["impl"] == "tritonfa"]
+        peers = [r for r in rows if r["impl"] != "tritonfa"]
+        if not ours:
+            print(f"{name:32s} no correct tritonfa variant")
+            continue
+        best = min(ours, key=lambda r: r["ms"])
+        default = next((r for r in ours if r["variant"] == "default"), None)
+        peer = min(peers, key=lambda r: r["ms"]) if peers else None
+        print(
+            f"{name:32s} best {best['variant']:14s} {best['ms']:.4f} ms"
+            + (f" | default {default['ms']:.4f}" if default else "")
+            + (f" | {peer['impl']} {peer['ms']:.4f} ms, best/peer speed {peer['ms'] / best['ms']:.2f}x" if peer else "")
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
