@@ -16,6 +16,7 @@ import torch
 from vllm.platforms import current_platform
 from vllm_batch import (
     allocate_kv_cache,
+    cache_dtype,
     cached_key_value,
     make_batch,
     make_builder,
@@ -81,7 +82,8 @@ def run_step(
     v_seqs = [v[:, hk0 : hk0 + num_kv_heads] for v in inputs["v"]]
     q = inputs["q"][:, hq0 : hq0 + num_heads]
     sinks_t = None if inputs["sinks"] is None else inputs["sinks"][hq0 : hq0 + num_heads].contiguous()
-    slopes = alibi_slopes(num_heads) if alibi else None
+    # as vLLM's ALiBi models do under tensor parallelism: the slopes of all heads, sliced to this rank's
+    slopes = alibi_slopes(inputs["q"].shape[1])[hq0 : hq0 + num_heads] if alibi else None
 
     layer = make_layer(k_scale, v_scale, q_scale, device)
     impl = TritonFAImpl(
@@ -90,7 +92,7 @@ def run_step(
     )  # fmt: skip
     builder = make_builder(
         TritonFABackend, device, block_size=block_size, num_kv_heads=num_kv_heads, head_size=head_size,
-        cache_dtype=kv_cache_dtype, dtype=dtype,
+        cache_dtype=kv_cache_dtype, dtype=cache_dtype(kv_cache_dtype, dtype),
     )  # fmt: skip
     metadata = builder.build(common_prefix_len=0, common_attn_metadata=batch.common)
     kv_cache = allocate_kv_cache(
@@ -116,9 +118,10 @@ def run_step(
     returned = impl.forward(layer, query, new_k, new_v, kv_cache, metadata, output, output_scale=out_scale_t)
     assert returned is output
 
-    # --- what the cache must hold: each token's K/V at its slot, as vLLM stores it (fp8: value / scale)
+    # --- what the cache must hold: each token's K/V at its slot, as vLLM stores it (fp8: value / scale; a 16-bit
+    # cache of another dtype than the model: rounded to it)
     def stored(x, scale):
-        return (x.float() / scale).to(FP8) if fp8_kv else x
+        return (x.float() / scale).to(FP8) if fp8_kv else x.to(cache_dtype(kv_cache_dtype, dtype))
 
     all_slots = torch.cat([batch.context_slot_mapping, metadata.slot_mapping[:num_real]])
     expect_k = torch.cat([stored(ctx_k, k_scale), stored(new_k[:num_real], k_scale)])
@@ -185,8 +188,9 @@ def test_fp8_kv_cache(device, kv_cache_dtype, fp8_query):
     check(out, ref, atol=3e-2)
 
 
-@pytest.mark.parametrize("head_size", [64, 80, 96, 112, 256])
+@pytest.mark.parametrize("head_size", [8, 40, 64, 72, 80, 96, 112, 160, 200, 256])
 def test_head_sizes(device, head_size):
+    """Any head size up to 256 (the backend declares the kernel's range, not a list)."""
     out, ref, _ = run_step(
         device, query_lens=[7, 1], context_lens=[9, 20], num_heads=4, num_kv_heads=2, head_size=head_size
     )
@@ -201,6 +205,25 @@ def test_head_sizes(device, head_size):
 def test_features(device, feature):
     out, ref, _ = run_step(device, query_lens=[11, 1, 1], context_lens=[14, 40, 3], **feature)
     check(out, ref, atol=1.5e-2)
+
+
+@pytest.mark.parametrize(
+    "dtype, kv_cache_dtype, atol",
+    [
+        (torch.float32, "auto", 1e-5),  # fp32 dots in full precision ("ieee"): close to the float64 reference
+        # bf16 cache for an fp32 model: the oracle reads the same rounded K/V; the kernel rounds P to V's dtype
+        (torch.float32, "bfloat16", 1e-2),
+        (torch.bfloat16, "bfloat16", 1.5e-2),  # the model's dtype named explicitly
+        (torch.bfloat16, "float16", 1.5e-2),  # fp16 cache, bf16 model: the kernel's mixed 16-bit dots run in fp32
+        (torch.float16, "bfloat16", 1.5e-2),
+        (torch.float32, "fp8", 3e-2),
+    ],
+    ids=["fp32", "fp32-bf16cache", "bf16-bf16cache", "bf16-fp16cache", "fp16-bf16cache", "fp32-fp8cache"],
+)
+def test_model_and_cache_dtypes(device, dtype, kv_cache_dtype, atol):
+    scales = (0.05, 0.02, 1.0) if kv_cache_dtype == "fp8" else (1.0, 1.0, 1.0)
+    out, ref, _ = run_step(device, **MIXED, dtype=dtype, kv_cache_dtype=kv_cache_dtype, scales=scales)
+    check(out, ref, atol=atol, rtol=1e-5 if atol < 1e-3 else 2e-2)
 
 
 def test_fp8_output_quantization(device):
@@ -230,25 +253,80 @@ def test_kv_cache_layouts(device):
         check(out, ref, atol=1.5e-2)
 
 
-def test_profiling_run_leaves_output_untouched(device):
-    impl = TritonFAImpl(4, 64, 0.125, 2, None, None, "auto")
-    output = torch.full((5, 4, 64), 7.0, device=device)
-    query = torch.randn(5, 4, 64, device=device)
-    returned = impl.forward(make_layer(device=device), query, None, None, torch.empty(0), None, output)
-    assert returned is output and bool((output == 7.0).all())
-
-
-def test_tensor_parallel_head_split(device):
-    """TP=2 of a 32 q / 8 kv head layer: each rank runs its 16 / 4 heads with its own cache and the same metadata;
-    the concatenated outputs equal the TP=1 output and the reference."""
-    full, ref, inputs = run_step(device, query_lens=[6, 1, 1], context_lens=[10, 21, 5], num_heads=32, num_kv_heads=8)
+@pytest.mark.parametrize("alibi", [False, True], ids=["plain", "alibi"])
+def test_tensor_parallel_head_split(device, alibi):
+    """TP=2 of a 32 q / 8 kv head layer: each rank runs its 16 / 4 heads with its own cache and the same metadata
+    (with ALiBi: its slice of the 32 heads' slopes); the concatenated outputs equal the TP=1 output and the
+    reference."""
+    full, ref, inputs = run_step(
+        device, query_lens=[6, 1, 1], context_lens=[10, 21, 5], num_heads=32, num_kv_heads=8, alibi=alibi
+    )
     check(full, ref, atol=1.5e-2)
     ranks = []
     for rank in range(2):
         out, ref_rank, _ = run_step(
             device, query_lens=[6, 1, 1], context_lens=[10, 21, 5], num_heads=16, num_kv_heads=4, inputs=inputs,
-            head_offsets=(16 * rank, 4 * rank),
+            head_offsets=(16 * rank, 4 * rank), alibi=alibi,
         )  # fmt: skip
         check(out, ref_rank, atol=1.5e-2)
         ranks.append(out)
     torch.testing.assert_close(torch.cat(ranks, dim=1), full, atol=2e-3, rtol=0)
+
+
+def test_checked_once_then_straight_to_the_op(device, monkeypatch):
+    """A layer's first call goes through tritonfa's public flash_attn_varlen_func (every argument checked); later
+    calls with the same cache views and dtypes call the `tritonfa::varlen_fwd` op directly, with the same result.
+    A new cache tensor or another output dtype is checked again."""
+    from tritonfa_vllm import backend
+
+    calls = []
+    for name in ("flash_attn_varlen_func", "varlen_fwd"):
+        original = getattr(backend, name)
+        monkeypatch.setattr(backend, name, lambda *a, _name=name, _f=original, **k: calls.append(_name) or _f(*a, **k))
+    batch = make_batch([9, 1, 1], [12, 30, 5], 16, device)
+    impl = TritonFAImpl(4, 64, 0.125, 2, alibi_slopes(4), 24, "auto", logits_soft_cap=30.0)
+    layer = make_layer(device=device)
+    metadata = make_builder(TritonFABackend, device).build(0, batch.common)
+
+    def new_cache():
+        kv_cache = allocate_kv_cache(TritonFABackend, batch.num_blocks, 16, 2, 64, "auto", torch.bfloat16, device)
+        for slots in (batch.context_slot_mapping, metadata.slot_mapping):
+            k, v = (torch.randn(slots.shape[0], 2, 64, dtype=torch.bfloat16, device=device) for _ in range(2))
+            impl.do_kv_cache_update(layer, k, v, kv_cache, slots)
+        return kv_cache
+
+    kv_cache = new_cache()
+    query = torch.randn(11, 4, 64, dtype=torch.bfloat16, device=device)
+    outputs = []
+    for _ in range(3):
+        outputs.append(torch.full_like(query, float("nan")))
+        impl.forward(layer, query, None, None, kv_cache, metadata, outputs[-1])
+    assert calls == ["flash_attn_varlen_func", "varlen_fwd", "varlen_fwd"]
+    assert not outputs[0].isnan().any()
+    for out in outputs[1:]:
+        torch.testing.assert_close(out, outputs[0], atol=0, rtol=0)
+    # the direct calls dispatch below torch's ADInplaceOrView kernel (most of the op's host time): that kernel is
+    # what bumps the version counter of the mutated `out`; the checked call goes through it
+    assert outputs[0]._version > 0
+    assert all(out._version == 0 for out in outputs[1:])
+
+    calls.clear()
+    impl.forward(layer, query, None, None, new_cache(), metadata, torch.empty_like(query))  # new cache: checked
+    impl.forward(layer, query, None, None, impl._kv_cache_source, metadata, torch.empty_like(query))
+    impl.forward(
+        layer, query, None, None, impl._kv_cache_source, metadata, torch.empty_like(query, dtype=torch.float32)
+    )
+    assert calls == ["flash_attn_varlen_func", "varlen_fwd", "flash_attn_varlen_func"]
+
+
+def test_first_call_checks_what_the_builder_cannot(device):
+    """The layer-level checks still happen (through the public function) on the first call: e.g. a query whose
+    head size differs from the cache's."""
+    batch = make_batch([3], [5], 16, device)
+    impl = TritonFAImpl(4, 64, 0.125, 2, None, None, "auto")
+    metadata = make_builder(TritonFABackend, device).build(0, batch.common)
+    kv_cache = allocate_kv_cache(TritonFABackend, batch.num_blocks, 16, 2, 32, "auto", torch.bfloat16, device)
+    impl.head_size = 32  # a cache laid out for head size 32
+    query = torch.randn(3, 4, 64, dtype=torch.bfloat16, device=device)
+    with pytest.raises(ValueError, match="head size"):
+        impl.forward(make_layer(device=device), query, None, None, kv_cache, metadata, torch.empty_like(query))

@@ -80,3 +80,32 @@ def test_tp2_builder_and_head_split(device):
     assert ranks[0] == ranks[1]
     # per-rank cache shape (vLLM <= 0.2x asks the backend): kv heads of the rank only
     assert TritonFABackend.get_kv_cache_shape(10, 16, 4, 128) == (10, 2, 16, 4, 128)
+
+
+@pytest.mark.parametrize(
+    "change, error, match",
+    [
+        (lambda cm: cm.replace(seq_lens=cm.seq_lens.long()), TypeError, "seq_lens must be int32"),
+        (lambda cm: cm.replace(query_start_loc=cm.query_start_loc.long()), TypeError, "query_start_loc must be int32"),
+        (lambda cm: cm.replace(block_table_tensor=cm.block_table_tensor[:1]), ValueError, "block_table 1 rows"),
+        (lambda cm: cm.replace(seq_lens=cm.seq_lens[:1]), ValueError, "seq_lens has 1"),
+        (lambda cm: cm.replace(block_table_tensor=cm.block_table_tensor[0]), ValueError, "block_table must have 2"),
+    ],
+    ids=["seq_lens-int64", "query_start_loc-int64", "block_table-rows", "seq_lens-length", "block_table-1d"],
+)
+def test_builder_checks_batch_once_per_step(device, change, error, match):
+    """What tritonfa checks per call about the batch tensors is checked by the builder, once per step (the layers'
+    calls then skip it)."""
+    batch = make_batch([5, 1], [3, 9], block_size=16, device=device)
+    builder = make_builder(device)
+    builder.build(0, batch.common)  # the real batch passes
+    with pytest.raises(error, match=match):
+        builder.build(0, change(batch.common))
+
+
+def test_builder_checks_device(device):
+    batch = make_batch([2], [3], block_size=16, device=device)
+    builder = make_builder(device)
+    builder._device = torch.device("meta")  # as if the runner's device differed from the tensors'
+    with pytest.raises(ValueError, match="must be on meta"):
+        builder.build(0, batch.common)

@@ -64,14 +64,18 @@ def test_declared_support():
     b = TritonFABackend
     assert b.get_name() == "CUSTOM"
     assert b.get_impl_cls() is TritonFAImpl
-    for head_size in (64, 80, 96, 112, 128, 256):
-        assert b.supports_head_size(head_size)
-    assert not b.supports_head_size(48)
-    assert b.supports_dtype(torch.bfloat16) and b.supports_dtype(torch.float16)
-    assert not b.supports_dtype(torch.float32)
-    for kv_cache_dtype in ("auto", "fp8", "fp8_e4m3", "fp8_e5m2"):
-        assert b.supports_kv_cache_dtype(kv_cache_dtype)
-    assert not b.supports_kv_cache_dtype("int8_per_token_head")
+    # any head size the kernel takes (1-256), not a fixed list
+    for head_size in (8, 32, 40, 64, 72, 80, 96, 112, 128, 160, 192, 200, 256):
+        assert b.supports_head_size(head_size), head_size
+    for head_size in (0, 257, 512):
+        assert not b.supports_head_size(head_size), head_size
+    for dtype in (torch.bfloat16, torch.float16, torch.float32):
+        assert b.supports_dtype(dtype), dtype
+    assert not b.supports_dtype(torch.float64)
+    for kv_cache_dtype in ("auto", "float16", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2"):
+        assert b.supports_kv_cache_dtype(kv_cache_dtype), kv_cache_dtype
+    for kv_cache_dtype in ("int8_per_token_head", "fp8_per_token_head", "nvfp4"):
+        assert not b.supports_kv_cache_dtype(kv_cache_dtype), kv_cache_dtype
     assert b.supports_attn_type(AttentionType.DECODER)
     for other in (AttentionType.ENCODER, AttentionType.ENCODER_ONLY, AttentionType.ENCODER_DECODER):
         assert not b.supports_attn_type(other)
@@ -97,30 +101,42 @@ def test_unsupported_options_raise():
         TritonFAImpl(8, 64, 0.125, 2, [0.5] * 8, None, "auto", use_alibi_sqrt=True)
     # extra arguments at their defaults are fine
     TritonFAImpl(8, 64, 0.125, 2, None, None, "auto", use_alibi_sqrt=False, chunk_lookback=-1)
+    with pytest.raises(ValueError, match="head sizes"):
+        TritonFAImpl(8, 320, 0.125, 2, None, None, "auto")
+    with pytest.raises(ValueError, match="alibi_slopes"):
+        TritonFAImpl(8, 64, 0.125, 2, [0.5] * 4, None, "auto")
+    with pytest.raises(ValueError, match="sinks"):
+        TritonFAImpl(8, 64, 0.125, 2, None, None, "auto", sinks=torch.zeros(4))
 
 
-def test_selector_accepts_supported_configurations():
-    """What vLLM's CUDA platform runs for `attention_backend="CUSTOM"`: validate_configuration on the selector config."""
+def selector_reasons(capability=(9, 0), **kw) -> list[str]:
+    """What vLLM's platform code runs for `attention_backend="CUSTOM"`: validate_configuration on the selector
+    config (a non-empty list of reasons becomes vLLM's "Selected backend CUSTOM is not valid" error)."""
     from vllm.platforms.interface import DeviceCapability
     from vllm.v1.attention.selector import AttentionSelectorConfig
 
-    def reasons(**kw):
-        config = AttentionSelectorConfig(head_size=128, dtype=torch.bfloat16, kv_cache_dtype="auto", block_size=16)
-        config = config._replace(**{k: v for k, v in kw.items() if k in config._fields})
-        return TritonFABackend.validate_configuration(device_capability=DeviceCapability(9, 0), **config._asdict())
+    config = AttentionSelectorConfig(head_size=128, dtype=torch.bfloat16, kv_cache_dtype="auto", block_size=16)
+    config = config._replace(**{k: v for k, v in kw.items() if k in config._fields})
+    return TritonFABackend.validate_configuration(device_capability=DeviceCapability(*capability), **config._asdict())
 
+
+def test_selector_accepts_supported_configurations():
     for kw in (
         {},
         dict(kv_cache_dtype="fp8"),
         dict(kv_cache_dtype="fp8_e5m2", dtype=torch.float16),
+        dict(kv_cache_dtype="bfloat16", dtype=torch.float32),
+        dict(kv_cache_dtype="float16"),
+        dict(dtype=torch.float32, head_size=256),
         dict(head_size=80, has_sink=True),
+        dict(head_size=72),
         dict(head_size=256, has_sliding_window=True),  # field of vLLM >= 0.3x
         dict(block_size=32),
     ):
-        assert reasons(**kw) == [], kw
-    assert reasons(head_size=48)
-    assert reasons(dtype=torch.float32)
-    assert reasons(use_mla=True)
-    assert reasons(attn_type=AttentionType.ENCODER_ONLY)
-    assert reasons(use_non_causal=True)
-    assert reasons(kv_cache_dtype="int8_per_token_head")
+        assert selector_reasons(**kw) == [], kw
+    assert selector_reasons(head_size=288)
+    assert selector_reasons(dtype=torch.float64)
+    assert selector_reasons(use_mla=True)
+    assert selector_reasons(attn_type=AttentionType.ENCODER_ONLY)
+    assert selector_reasons(use_non_causal=True)
+    assert selector_reasons(kv_cache_dtype="int8_per_token_head")

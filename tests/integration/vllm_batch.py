@@ -89,6 +89,11 @@ def make_batch(
     )
 
 
+def cache_dtype(kv_cache_dtype: str, model_dtype: torch.dtype) -> torch.dtype:
+    """The dtype a 16-bit KV cache is stored in: the model's for "auto", else the one named."""
+    return {"float16": torch.float16, "bfloat16": torch.bfloat16}.get(kv_cache_dtype, model_dtype)
+
+
 def vllm_declares_kv_layout() -> bool:
     """True for vLLM <= 0.2x, where the backend's get_kv_cache_shape decides the cache layout (abstract there)."""
     return "get_kv_cache_shape" in getattr(AttentionBackend, "__abstractmethods__", ())
@@ -110,8 +115,7 @@ def allocate_kv_cache(
     vLLM <= 0.2x: the backend's shape, permuted by its stride order. vLLM 0.33: the logical
     (num_blocks, Hk, block_size, 2 * D) tensor; physical order `layout` (a KVCacheLayout name, default LBNHC).
     """
-    fp8 = kv_cache_dtype.startswith("fp8")
-    dtype = torch.uint8 if fp8 else model_dtype
+    dtype = torch.uint8 if kv_cache_dtype.startswith("fp8") else cache_dtype(kv_cache_dtype, model_dtype)
     if vllm_declares_kv_layout():
         shape = backend.get_kv_cache_shape(num_blocks, block_size, num_kv_heads, head_size, kv_cache_dtype)
         order = backend.get_kv_cache_stride_order()
@@ -121,7 +125,7 @@ def allocate_kv_cache(
         shape = (num_blocks, num_kv_heads, block_size, 2 * head_size)
         order = KVCacheLayout[layout or "LBNHC"].layer_view_order
     physical = torch.empty([shape[i] for i in order], dtype=dtype, device=device)
-    physical.fill_(0x7F if fp8 else float("nan"))  # 0x7F is NaN in e4m3fn and e5m2
+    physical.fill_(0x7F if dtype == torch.uint8 else float("nan"))  # 0x7F is NaN in e4m3fn and e5m2
     inverse = sorted(range(len(order)), key=lambda i: order[i])
     kv_cache = physical.permute(*inverse)
     assert tuple(kv_cache.shape) == tuple(shape)

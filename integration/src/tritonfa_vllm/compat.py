@@ -14,6 +14,9 @@ like 0.33 below. Two differences matter to the backend:
    strides, which is what `tritonfa.flash_attn_varlen_func` and vLLM's reshape-and-cache op take.
 2. `AttentionBackend.get_kv_cache_shape` is abstract in 0.24 and absent in 0.33: the backend always defines it
    (`kv_cache_shape` below); newer versions ignore it.
+3. ROCm: vLLM 0.34 bounds the pointer range of the K/V views it hands to Triton kernels
+   (`set_triton_ptr_range`, so Triton's AMD backend can keep 32-bit buffer addressing on views into one large
+   cache allocation); 0.24 has no such helper and does nothing (`bound_pointer_range` below).
 """
 
 from __future__ import annotations
@@ -63,6 +66,15 @@ def split_kv_cache(kv_cache: torch.Tensor, head_size: int) -> tuple[torch.Tensor
         kv = kv_cache.transpose(1, 2)
         return kv[..., :head_size], kv[..., head_size:]
     raise ValueError(f"unexpected KV cache shape {tuple(kv_cache.shape)} (vLLM {SUPPORTED_RANGE} expected)")
+
+
+def bound_pointer_range(region: torch.Tensor, *views: torch.Tensor) -> None:
+    """Tell Triton (ROCm) that `views` lie inside `region`, where the installed vLLM can (>= 0.3x); else nothing."""
+    from vllm.v1.attention.backends import utils
+
+    helper = getattr(utils, "set_triton_ptr_range", None)
+    if helper is not None:
+        helper(region, *views)
 
 
 def kv_cache_shape(
