@@ -33,4 +33,6 @@ for name in names:
 
         error = check.error(run())
         ms = time_cuda_graph(run, FULL_REPS)
-        print(f"{name:30s} splits {splits}: {ms:.4f} ms {w.bytes_moved / ms / 1e6:6.0f} GB/s err {error:.1e}", flush=True)
+        print(
+            f"{name:30s} splits {splits}: {ms:.4f} ms {w.bytes_moved / ms / 1e6:6.0f} GB/s err {error:.1e}", flush=True
+        )

@@ -37,7 +37,9 @@ def test_new_lengths_and_batch_sizes_do_not_recompile(kv_layout, shape):
     # skipping the other's sequences): warm both buckets.
     for batch in (1, 3):
         seqlens_q = [1 if shape == "decode" else 40] * batch
-        run_kernel(make_inputs(seqlens_q, [100] * batch, num_heads=(8, 2), head_size=128, kv_layout=kv_layout), **kwargs)
+        run_kernel(
+            make_inputs(seqlens_q, [100] * batch, num_heads=(8, 2), head_size=128, kv_layout=kv_layout), **kwargs
+        )
     before = compiled_variants()
     for _ in range(12):
         out = run_kernel(draw(), **kwargs)

@@ -95,7 +95,8 @@ _TABLE: dict[tuple[str, bool], dict[int, AttentionConfig]] = {
         256: AttentionConfig(128, 64, 8, 2, pack_gqa=True, tma=True),
     },
     ("hopper", True): {
-        # d64: 16x64 with 5 stages 0.083 ms vs 0.100 ms for 16x128 (b64 x 2048 paged, H200, kernel/results/2026-12-03-h200-session3)
+        # d64: 16x64 tiles with 5 stages took 0.083 ms vs 0.100 ms for 16x128 (b64 x 2048 paged, H200;
+        # kernel/results/2026-12-03-h200-session3)
         64: AttentionConfig(16, 64, 4, 5, pack_gqa=True),
         128: AttentionConfig(16, 128, 4, 4, pack_gqa=True),
         256: AttentionConfig(16, 64, 4, 2, pack_gqa=True),

@@ -109,8 +109,21 @@ def cross_compile_specs(arch: str) -> list[dict[str, Any]]:
                         + " ".join(
                             f"{key}={value}"
                             for key, value in sorted(c.items())
-                            if key in ("BLOCK_M", "BLOCK_N", "PAGED", "USE_TMA", "SPLIT_KV", "SEQ_FILTER", "QK_DTYPE",
-                                       "PV_DTYPE", "HAS_BIAS", "BLOCK_DV", "HAS_OUT_SCALE", "SCALE_Q")
+                            if key
+                            in (
+                                "BLOCK_M",
+                                "BLOCK_N",
+                                "PAGED",
+                                "USE_TMA",
+                                "SPLIT_KV",
+                                "SEQ_FILTER",
+                                "QK_DTYPE",
+                                "PV_DTYPE",
+                                "HAS_BIAS",
+                                "BLOCK_DV",
+                                "HAS_OUT_SCALE",
+                                "SCALE_Q",
+                            )
                         )  # fmt: skip
                         + f" w{launch.options['num_warps']} s{launch.options['num_stages']}]"
                     )
