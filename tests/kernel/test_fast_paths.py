@@ -1,0 +1,106 @@
+"""The architecture-specific paths of the launcher, run in any environment: Hopper's tensor descriptors (TMA) for
+contiguous K/V (TRITONFA_ARCH=hopper; the interpreter executes descriptor loads), the fp16 QK dot of a bf16 q with an
+fp8 KV cache, splits sized on the device, and a mixed batch's two launches.
+"""
+
+import pytest
+import torch
+from attn_testing import (
+    FP8_DTYPES_HERE,
+    ON_GPU,
+    TOLERANCES,
+    check_against_reference,
+    check_low_precision,
+    make_inputs,
+    scaled,
+)
+
+from tritonfa.kernels.attention import plan_attention
+
+
+def _plan(inputs, arch, **kwargs):
+    """The launches the launcher would make for `inputs` (nothing runs)."""
+    args = dict(
+        q=inputs.q, k=inputs.k, v=inputs.v, out=torch.empty_like(inputs.q), lse=None,
+        cu_seqlens_q=inputs.cu_seqlens_q, cu_seqlens_k=inputs.cu_seqlens_k, seqused_k=inputs.seqused_k,
+        block_table=inputs.block_table, alibi_slopes=None, bias=None, s_aux=None, q_descale=None, k_descale=None,
+        v_descale=None, output_scale=None, max_seqlen_q=inputs.max_seqlen_q, max_seqlen_k=inputs.max_seqlen_k,
+        softmax_scale=0.125, window_left=-1, window_right=0, softcap=0.0, arch=arch,
+    )  # fmt: skip
+    args.update(kwargs)
+    return plan_attention(**args)
+
+
+@pytest.mark.skipif(ON_GPU and torch.cuda.get_device_capability()[0] != 9, reason="forces Hopper's code path")
+@pytest.mark.parametrize("use_seqused_k", [False, True])
+def test_hopper_tensor_descriptor_path(monkeypatch, use_seqused_k):
+    """Varlen prefill through K/V descriptors. With seqused_k, NaN tokens sit between the sequences: a descriptor
+    reads whole blocks across the boundary, so the kernel must zero V rows past a sequence's end, not rely on P = 0."""
+    monkeypatch.setenv("TRITONFA_ARCH", "hopper")
+    seqlens = [scaled(70, 700), scaled(17, 300), scaled(130, 1000)]
+    inputs = make_inputs(seqlens, seqlens, num_heads=(8, 2), head_size=64, use_seqused_k=use_seqused_k)
+    [prefill, _] = _plan(inputs, "hopper")
+    assert prefill.constexprs["USE_TMA"], "contiguous K/V with a power-of-two head size use descriptors on Hopper"
+    atol, rtol = TOLERANCES[torch.bfloat16]
+    check_against_reference(inputs, atol, rtol, causal=True)
+
+
+def test_descriptors_only_where_they_are_exact():
+    """Padded head sizes and paged caches keep pointer loads (a padded 2-D descriptor would read the next head)."""
+    padded = make_inputs([40], [40], num_heads=(4, 2), head_size=96)
+    paged = make_inputs([40], [40], num_heads=(4, 2), head_size=64, kv_layout="paged")
+    assert not _plan(padded, "hopper")[0].constexprs["USE_TMA"]
+    assert not _plan(paged, "hopper")[0].constexprs["USE_TMA"]
+    assert not _plan(make_inputs([40], [40], num_heads=(4, 2), head_size=64), "cdna3")[0].constexprs["USE_TMA"]
+
+
+@pytest.mark.parametrize("kv_dtype", FP8_DTYPES_HERE)
+def test_bf16_q_beyond_fp16_range_with_fp8_cache(kv_dtype):
+    """A bf16 q meets fp8 K in an fp16 dot: rows are scaled by a power of two first, so |q| > 65504 (fp16's max)
+    must not overflow. The softmax scale shrinks by the same factor to keep the scores ordinary."""
+    seqlens_q, seqlens_k = [1, scaled(20, 200), 1], [scaled(50, 900), scaled(40, 400), 7]
+    inputs = make_inputs(seqlens_q, seqlens_k, num_heads=(8, 2), head_size=128, dtype=torch.bfloat16,
+                         kv_dtype=kv_dtype, kv_layout="paged")  # fmt: skip
+    big = 2.0**18
+    inputs.q = inputs.q * big
+    [launch, *_] = _plan(inputs, "interpreter")
+    assert launch.constexprs["SCALE_Q"] and launch.constexprs["QK_DTYPE"] == tl_float16()
+    check_low_precision(inputs, causal=True, softmax_scale=0.125 / big)
+
+
+def tl_float16():
+    import triton.language as tl
+
+    return tl.float16
+
+
+def test_opt_in_fp8_q_runs_an_fp8_qk_dot(monkeypatch):
+    monkeypatch.setenv("TRITONFA_CONFIG", '{"fp8_q_for_fp8_kv": true}')
+    inputs = make_inputs(
+        [1, 1], [30, 9], num_heads=(4, 2), head_size=64, kv_dtype=FP8_DTYPES_HERE[0], kv_layout="paged"
+    )
+    launch = _plan(inputs, "hopper")[0]
+    assert launch.constexprs["SCALE_Q"] and launch.constexprs["Q_MAX"] == torch.finfo(FP8_DTYPES_HERE[0]).max
+
+
+def test_splits_are_sized_by_each_sequence_length():
+    """16 splits for sequences of 1 to a few hundred keys: short ones use one split (the others only mark
+    themselves empty) and the combine must skip the empty partial outputs it never wrote (NaN-poisoned buffers)."""
+    seqlens_k = [1, 5, scaled(300, 3000), 64, scaled(129, 1000)]
+    inputs = make_inputs([1] * len(seqlens_k), seqlens_k, num_heads=(8, 2), head_size=64, kv_layout="paged")
+    launches = _plan(inputs, "interpreter", num_splits=16)
+    assert launches[0].grid[2] == 16 and launches[1].fn.__name__ == "combine_splits_kernel"
+    atol, rtol = TOLERANCES[torch.bfloat16]
+    check_against_reference(inputs, atol, rtol, causal=True, num_splits=16)
+
+
+def test_mixed_batch_is_a_prefill_and_a_decode_launch():
+    """Each launch skips the other's sequences; together they must write every row exactly right."""
+    seqlens_q = [scaled(40, 512), 1, 3, scaled(17, 100), 1, 16]
+    seqlens_k = [q + scaled(30, 2000) for q in seqlens_q]
+    inputs = make_inputs(seqlens_q, seqlens_k, num_heads=(8, 2), head_size=64, kv_layout="paged")
+    prefill, decode = _plan(inputs, "interpreter")
+    assert (prefill.constexprs["SEQ_FILTER"], decode.constexprs["SEQ_FILTER"]) == (1, 2)
+    assert decode.grid[0] == len(seqlens_q) * decode.constexprs["TILES_PER_SEQ"]
+    atol, rtol = TOLERANCES[torch.bfloat16]
+    check_against_reference(inputs, atol, rtol, causal=True)
