@@ -41,7 +41,7 @@ def test_every_architecture_has_decode_and_prefill_configs(arch):
             assert config.block_m in (16, 32, 64, 128) and config.block_n in (16, 32, 64, 128, 256)
             assert config.pack_gqa or max_seqlen_q > 1, "decode tiles share K/V loads across the query heads"
     options = {tuple(sorted(c.launch_options(arch))) for _, c in all_configs(arch)}
-    amd = arch in ("cdna3", "cdna4")
+    amd = arch in ("cdna2", "cdna3", "cdna4")
     assert any("waves_per_eu" in o for o in options) == amd, "waves_per_eu is an AMD-only launch option"
 
 
@@ -72,3 +72,10 @@ def test_rocm_paths_compute_the_same_function(arch, monkeypatch):
     check_low_precision(inputs, causal=True)
     out = run_kernel(inputs, causal=True, output_scale=torch.tensor(0.05))
     assert out.dtype == (torch.float8_e4m3fnuz if arch == "cdna3" else torch.float8_e4m3fn)
+
+
+def test_mi200_is_not_mi300():
+    """gfx90a/gfx908 have no fp8 dots and use vLLM's e4m3fn there: fp8 inputs are upcast, never dotted natively."""
+    assert not any(native_fp8_dot("cdna2", dtype) for dtype in (torch.float8_e4m3fn, torch.float8_e4m3fnuz))
+    assert default_fp8_dtype("cdna2") == torch.float8_e4m3fn
+    assert select_config("cdna2", 128, 4096).waves_per_eu > 0

@@ -18,7 +18,7 @@ import os
 
 import torch
 
-ARCHS = ("hopper", "ampere", "blackwell", "cdna3", "cdna4", "rdna", "interpreter")
+ARCHS = ("hopper", "ampere", "blackwell", "cdna2", "cdna3", "cdna4", "rdna", "interpreter")
 
 # Decode-shaped batches (every sequence has at most this many new queries) pack the query heads of one KV head into
 # the rows of a tile, so each K/V tile is read once per KV head instead of once per query head.
@@ -38,7 +38,7 @@ class AttentionConfig:
 
     def launch_options(self, arch: str) -> dict:
         options = {"num_warps": self.num_warps, "num_stages": self.num_stages}
-        if arch in ("cdna3", "cdna4", "rdna") and self.waves_per_eu:
+        if arch in ("cdna2", "cdna3", "cdna4", "rdna") and self.waves_per_eu:
             options["waves_per_eu"] = self.waves_per_eu
         return options
 
@@ -64,6 +64,8 @@ def _detect_cuda_arch(index: int) -> str:
             return "cdna3"
         if gcn.startswith("gfx95"):
             return "cdna4"
+        if gcn.startswith(("gfx90a", "gfx908")):
+            return "cdna2"  # MI200 / MI100: no fp8 dots (CDNA3 brought them)
         return "rdna" if gcn.startswith(("gfx11", "gfx12")) else "cdna3"
     if props.major == 9:
         return "hopper"
@@ -117,6 +119,12 @@ _TABLE: dict[tuple[str, bool], dict[int, AttentionConfig]] = {
         256: AttentionConfig(64, 64, 4, 1, waves_per_eu=1),
     },
     ("cdna3", True): {256: AttentionConfig(16, 64, 4, 1, pack_gqa=True, waves_per_eu=2)},
+    # MI200 (64 KiB LDS like MI300): MI300's tiles, untuned
+    ("cdna2", False): {
+        128: AttentionConfig(128, 64, 4, 1, waves_per_eu=2),
+        256: AttentionConfig(64, 64, 4, 1, waves_per_eu=1),
+    },
+    ("cdna2", True): {256: AttentionConfig(16, 64, 4, 1, pack_gqa=True, waves_per_eu=2)},
     ("cdna4", False): {
         128: AttentionConfig(128, 64, 4, 1, waves_per_eu=2),
         256: AttentionConfig(64, 64, 4, 1, waves_per_eu=1),
@@ -131,7 +139,7 @@ _TABLE: dict[tuple[str, bool], dict[int, AttentionConfig]] = {
 
 
 # Shared memory per program (bytes) that a config may plan for; Triton fails to launch a kernel that needs more.
-_SHARED_MEMORY = {"hopper": 227 * 1024, "blackwell": 227 * 1024, "ampere": 163 * 1024, "cdna3": 64 * 1024,
+_SHARED_MEMORY = {"hopper": 227 * 1024, "blackwell": 227 * 1024, "ampere": 163 * 1024, "cdna2": 64 * 1024, "cdna3": 64 * 1024,
                   "cdna4": 160 * 1024, "rdna": 64 * 1024}  # fmt: skip
 
 

@@ -661,10 +661,10 @@ def dot_precision(arch: str, qk_dtype: torch.dtype, pv_dtype: torch.dtype) -> st
     """`input_precision` of the two dots: full fp32 ("ieee") for fp32 inputs, which the contract computes exactly.
 
     For 16-bit and fp8 operands the value changes nothing, but Triton still checks it against the target's list:
-    AMD targets other than gfx942 (cdna4, RDNA) accept no "tf32", so "ieee" there; elsewhere "tf32", the value
+    AMD targets other than gfx942 (MI200, MI350, RDNA) accept no "tf32", so "ieee" there; elsewhere "tf32", the value
     measured on Hopper.
     """
-    if torch.float32 in (qk_dtype, pv_dtype) or arch in ("cdna4", "rdna"):
+    if torch.float32 in (qk_dtype, pv_dtype) or arch in ("cdna2", "cdna4", "rdna"):
         return "ieee"
     return "tf32"
 
