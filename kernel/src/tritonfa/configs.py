@@ -139,8 +139,8 @@ _TABLE: dict[tuple[str, bool], dict[int, AttentionConfig]] = {
 
 
 # Shared memory per program (bytes) that a config may plan for; Triton fails to launch a kernel that needs more.
-_SHARED_MEMORY = {"hopper": 227 * 1024, "blackwell": 227 * 1024, "ampere": 163 * 1024, "cdna2": 64 * 1024, "cdna3": 64 * 1024,
-                  "cdna4": 160 * 1024, "rdna": 64 * 1024}  # fmt: skip
+_SHARED_MEMORY = {"hopper": 227 * 1024, "blackwell": 227 * 1024, "ampere": 163 * 1024, "cdna2": 64 * 1024,
+                  "cdna3": 64 * 1024, "cdna4": 160 * 1024, "rdna": 64 * 1024}  # fmt: skip
 
 
 def select_config(arch: str, block_d: int, max_seqlen_q: int, element_bytes: int = 2) -> AttentionConfig:
