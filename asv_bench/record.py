@@ -1,4 +1,4 @@
-"""Record asv results for given commits on a machine that receives the working tree but not `.git` (the GPU box).
+"""Record asv results for given commits on a GPU host that receives a copy of the working tree but not `.git`.
 
 Three steps; only the first needs git:
 
@@ -13,8 +13,8 @@ Three steps; only the first needs git:
      tritonfa alone at every commit, the reference lines (peers) too at --peers-at (default: the newest), in the
      same call. On a GPU a warm-up compiles every commit's kernels in parallel processes first (--warm-jobs), so
      the timed runs read Triton's cache instead of compiling one kernel after the other. After every commit,
-     results/<machine>/ + results/benchmarks.json are packed into $OUT/asv-results-<machine>.tar.gz (the device
-     tool brings back few files, so one tarball; a call cut off by its time limit keeps what it did), and
+     results/<machine>/ + results/benchmarks.json are packed into <--out>/asv-results-<machine>.tar.gz (one file
+     to copy back to the host; a run cut off by a time limit keeps what it did), and
      --budget-s stops before a commit that would not fit. NAME defaults to the GPU's name as a slug (nvidia-h200,
      nvidia-h100-80gb-hbm3): one series per card. --cpu-smoke runs the same pipeline in Triton's interpreter
      under the machine name cpu-interpreter.
@@ -26,12 +26,10 @@ Three steps; only the first needs git:
 Exit status of `run`: 0 when every asv run succeeded, 1 when a commit could not be measured or recorded (or was
 left for another call), 2 when some benchmark failed (its result is recorded as failed).
 
-The GPU (device tool, calls of at most 10 minutes; the README section "Performance history (asv)" has the whole
-recipe, with the vLLM that the peers and the e2e benchmark need):
-  carry ["asv_bench/.stage"]; kernel history, peers at the newest commit:
-    python3 asv_bench/record.py run --install-wheels --budget-s 540 2>&1 | tee $OUT/record.log
-  end to end for the newest commit, one kv-cache dtype per call:
-    python3 asv_bench/record.py run --install-wheels --commits newest --bench '^e2e' --e2e-kv auto 2>&1 | tee ...
+On the GPU host (copy asv_bench/.stage there with the tree; the README section "Performance history (asv)" has
+the whole recipe, with the vLLM that the peers and the e2e benchmark need):
+    python3 asv_bench/record.py run --install-wheels --budget-s 540 --out RESULTS_DIR
+    python3 asv_bench/record.py run --install-wheels --commits newest --bench '^e2e' --e2e-kv auto --out RESULTS_DIR
 """
 
 from __future__ import annotations
@@ -456,7 +454,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quick", action="store_true", help="TRITONFA_ASV_QUICK: bench's shorter repetitions")
     p.add_argument("--e2e-kv", help="TRITONFA_ASV_E2E_KV: e.g. auto (end-to-end only with the bf16 KV cache)")
     p.add_argument("--install-wheels", action="store_true", help="pip install asv_bench/.stage/wheels first")
-    p.add_argument("--out", help="folder for the results tarball (default $OUT, else asv_bench/.stage/out)")
+    p.add_argument("--out", help="folder for the results tarball (default: $OUT if set, else asv_bench/.stage/out)")
     p.add_argument("--warm-jobs", type=int, default=min(16, os.cpu_count() or 1),
                    help="GPU: compile in this many processes before timing (0: no warm-up; default: CPUs, <= 16)")  # fmt: skip
     p.add_argument("--warm-timeout", type=float, default=240.0, help="seconds the warm-up may take at most")

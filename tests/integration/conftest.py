@@ -23,7 +23,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # model configs come from integrat
 
 @pytest.hookimpl(trylast=True)  # after tests/conftest.py chose the device
 def pytest_configure(config):
-    # vLLM disables its Triton ops unless a driver is active or CUDA_VISIBLE_DEVICES is empty (ENVIRONMENT.md)
+    # vLLM disables its Triton ops unless a driver is active or CUDA_VISIBLE_DEVICES is empty
     if os.environ.get("TRITONFA_TEST_DEVICE") == "cpu":
         os.environ["CUDA_VISIBLE_DEVICES"] = ""
 
