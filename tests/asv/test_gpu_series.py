@@ -31,10 +31,12 @@ import urllib.parse
 from pathlib import Path
 
 import pytest
+import test_site
 from test_site import PROBE, missing, run_chromium
 
 ROOT = Path(__file__).resolve().parents[2]
 ASV_BENCH = ROOT / "asv_bench"
+chromium = test_site.chromium  # the browser fixture, shared (CI runs these tests with --noconftest)
 BENCHMARKS_JSON = ASV_BENCH / "results" / "benchmarks.json"
 MACHINE = "nvidia-h200"
 CARD = "NVIDIA H200"
@@ -309,16 +311,6 @@ def test_publish_on_a_detached_checkout(detached_clone, fixture, tmp_path, commi
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     index = json.loads((tmp_path / "html-buildkite" / "index.json").read_text())
     assert {h[:8] for h in commits} <= {h[:8] for h in index["revision_to_hash"].values()}
-
-
-@pytest.fixture(scope="module")
-def chromium() -> str:
-    path = os.environ.get("TRITONFA_CHROMIUM") or next(
-        filter(None, (shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome"))), None
-    )
-    if not path:
-        missing("no chromium on PATH (apt-get install -y chromium)")
-    return path
 
 
 def test_gpu_series_graphs_render(chromium, site, fixture, commits, tmp_path):

@@ -5,17 +5,16 @@ a stand-in `buildkite-agent` and a stand-in nox). Standard library only: `pytest
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import os
 import shutil
 import subprocess
-import sys
 import tarfile
 from pathlib import Path
 
 import pytest
+from test_gpu_series import load
 
 ROOT = Path(__file__).resolve().parents[2]
 ASV_BENCH = ROOT / "asv_bench"
@@ -24,17 +23,6 @@ COLUMNS = ["result", "params", "version", "started_at", "duration", "stats_ci_99
 E2E = "e2e.VllmLatency.track_latency"
 KERNEL = "kernel.KernelTime.track_ms"
 NAN = float("nan")
-
-
-def load(name: str):
-    sys.path.insert(0, str(ASV_BENCH))
-    try:
-        spec = importlib.util.spec_from_file_location(f"_tritonfa_asv_{name}", ASV_BENCH / f"{name}.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(ASV_BENCH))
-    return module
 
 
 store = load("results_store")
