@@ -192,6 +192,8 @@ def flash_attn_varlen_func(
         if output_scale.numel() != 1:
             raise ValueError(f"output_scale must hold one value, got shape {tuple(output_scale.shape)}")
 
+    # The launcher detects the architecture again (a cached lookup): it is also called through the custom op, whose
+    # schema carries tensors and numbers only, and by the vLLM backend directly.
     arch = detect_arch(device)
     if arch in _NVIDIA_ARCHS:
         for name, t in (("q", q), ("k", k), ("v", v), ("out", out)):
