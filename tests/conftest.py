@@ -6,6 +6,9 @@
 - Seeds: one run-level seed (random unless `--seed N`, printed in the header and on failures) combined with each
   test's id, so every run draws fresh inputs and any failure reproduces with `--seed N`.
 - Tests under tests/kernel/ see `torch.empty`-style allocations filled with NaN, so unwritten outputs show up.
+- Content validation is on (TRITONFA_VALIDATE=1, `tritonfa.validation`) unless the environment sets it already:
+  every call the suite makes has its cu_seqlens / seqused_k / block_table checked. `TRITONFA_VALIDATE=0 pytest ...`
+  runs the suite on the production path; tests of the unvalidated path turn it off themselves.
 """
 
 import functools
@@ -21,6 +24,7 @@ import torch
 KERNEL_TESTS = Path(__file__).parent / "kernel"
 SEED_ENV = "TRITONFA_TEST_SEED"
 DEVICE_ENV = "TRITONFA_TEST_DEVICE"
+VALIDATE_ENV = "TRITONFA_VALIDATE"  # tritonfa.validation.ENV_VAR (not imported: some suites run without tritonfa)
 
 MARKERS = {
     "gpu": "needs a GPU (large sizes); skipped on the interpreter",
@@ -53,6 +57,8 @@ def pytest_configure(config):
     if DEVICE_ENV not in os.environ or config.getoption("device") != "auto":
         os.environ[DEVICE_ENV] = _resolve_device(config.getoption("device"))
 
+    os.environ.setdefault(VALIDATE_ENV, "1")
+
     if "PYTEST_XDIST_WORKER" in os.environ:
         # workers share the cores already; torch's own threads would only oversubscribe them
         torch.set_num_threads(1)
@@ -77,7 +83,10 @@ def pytest_collection_modifyitems(config, items):
 
 def pytest_report_header(config):
     seed = os.environ[SEED_ENV]
-    return f"tritonfa: device={os.environ[DEVICE_ENV]} seed={seed} (reproduce with --seed {seed})"
+    return (
+        f"tritonfa: device={os.environ[DEVICE_ENV]} seed={seed} (reproduce with --seed {seed}) "
+        f"{VALIDATE_ENV}={os.environ[VALIDATE_ENV]}"
+    )
 
 
 def run_seed() -> int:

@@ -30,6 +30,10 @@ def _retensor(inputs, name, **to):
     setattr(inputs, name, getattr(inputs, name).to(**to))
 
 
+def _slice_cache(inputs, index):
+    inputs.k, inputs.v = inputs.k[index], inputs.v[index]
+
+
 def _int32(values):
     return torch.tensor(values, dtype=torch.int32, device=DEVICE)
 
@@ -44,6 +48,9 @@ CASES = [
     ("q_2d", _contiguous, lambda x: setattr(x, "q", x.q.flatten(1)), "q"),
     ("k_4d_without_block_table", _contiguous, lambda x: setattr(x, "k", x.k[None]), "k"),
     ("paged_k_3d", _paged, lambda x: setattr(x, "k", x.k.flatten(0, 1)), "k"),
+    ("paged_cache_without_blocks", _paged, lambda x: _slice_cache(x, slice(0, 0)), "k"),
+    ("paged_block_size_0", _paged, lambda x: _slice_cache(x, (slice(None), slice(0, 0))), "k"),
+    ("q_fp16_kv_bf16", _contiguous, lambda x: _retensor(x, "q", dtype=torch.float16), Phrase("q (torch.float16) and k")),
     ("k_head_size_differs_from_q", _contiguous, lambda x: setattr(x, "k", x.k[..., :32]), "k"),
     ("v_token_count_differs", _contiguous, lambda x: setattr(x, "v", x.v[:-1]), "v"),
     ("hq_not_multiple_of_hk", _contiguous, lambda x: setattr(x, "q", x.q[:, :3]),

@@ -2,7 +2,9 @@
 
 Layers: `flash_attn_varlen_func` (checks and defaults, host-only) -> `tritonfa::varlen_fwd` custom op (what
 torch.compile and CUDA graphs see) -> `kernels.attention.attention_forward` (typed launcher) -> Triton kernel.
-Every check here reads only shapes, dtypes, devices and Python values: never tensor contents (no host sync).
+Every check here reads only shapes, dtypes, devices and Python values: never tensor contents (no host sync). The
+contents of the index tensors are checked only on request (`validate=True` or TRITONFA_VALIDATE=1, see
+`tritonfa.validation`); the kernel itself never reads or writes outside its tensors, whatever they hold.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from typing import Any
 
 import torch
 
+from tritonfa import validation
 from tritonfa.configs import detect_arch
 from tritonfa.fp8 import FP8_DTYPES, default_fp8_dtype, is_fp8
 from tritonfa.kernels.attention import MAX_SPLITS, attention_forward
@@ -47,6 +50,23 @@ def _check_scale(name: str, t: Any, device, num_seqs: int, num_kv_heads: int) ->
         raise ValueError(
             f"{name} must have shape [batch={num_seqs}, num_kv_heads={num_kv_heads}], got {tuple(t.shape)}"
         )
+
+
+def _check_mixed_precision(tensors: tuple[tuple[str, torch.Tensor], ...]) -> None:
+    """fp16 and bf16 must not meet among q/k/v: neither holds the other's values, so the mix is a caller's bug
+    (FlashAttention refuses it too). Reads dtypes only.
+
+    The mixes that stay allowed have a type that holds both sides exactly, which the dots run in: fp8 with one
+    16-bit type (an fp8 KV cache) in that type, two fp8 types in fp16, fp32 with anything in fp32.
+    """
+    sixteen_bit = [(name, t.dtype) for name, t in tensors if t.dtype in (torch.float16, torch.bfloat16)]
+    for name, dtype in sixteen_bit[1:]:
+        first_name, first_dtype = sixteen_bit[0]
+        if dtype != first_dtype:
+            raise TypeError(
+                f"{first_name} ({first_dtype}) and {name} ({dtype}) mix fp16 with bf16; convert one of them "
+                "(q, k and v may mix fp16 or bf16 only with fp8 or fp32)"
+            )
 
 
 def _normalize_window(window_size: Any, causal: bool) -> tuple[int, int]:
@@ -96,6 +116,7 @@ def flash_attn_varlen_func(
     return_softmax_lse: bool = False,
     return_attn_probs: bool = False,
     num_splits: int = 0,
+    validate: bool | None = None,
     **ignored: Any,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Attention forward over a variable-length batch; keyword-compatible with vLLM's flash_attn_varlen_func.
@@ -103,6 +124,8 @@ def flash_attn_varlen_func(
     q: [total_q, Hq, D]; k, v: [total_k, Hk, D(v)] with cu_seqlens_k, or paged [num_blocks, block_size, Hk, D(v)]
     with block_table [batch, max_blocks] and seqused_k [batch]. Returns out [total_q, Hq, Dv] (and lse fp32
     [Hq, total_q] if return_softmax_lse). Full contract: kernel/SEMANTICS.md; tritonfa.reference implements it.
+    validate: check the contents of cu_seqlens_q/k, seqused_k and block_table before the launch (a host sync; see
+    `tritonfa.validation`); None (default) follows the TRITONFA_VALIDATE environment variable.
     """
     unknown = set(ignored) - set(_IGNORED_KWARGS)
     if unknown:
@@ -120,6 +143,7 @@ def flash_attn_varlen_func(
     kv_dims = (4,) if paged else (3,)
     _check_tensor("k", k, dims=kv_dims, dtypes=_FLOAT_DTYPES, device=device)
     _check_tensor("v", v, dims=kv_dims, dtypes=_FLOAT_DTYPES, device=device)
+    _check_mixed_precision((("q", q), ("k", k), ("v", v)))
     total_q, num_q_heads, head_dim = q.shape
     num_kv_heads, head_dim_k = k.shape[-2], k.shape[-1]
     head_dim_v = v.shape[-1]
@@ -127,6 +151,8 @@ def flash_attn_varlen_func(
         raise ValueError(f"k head size {head_dim_k} must equal q head size {head_dim}")
     if v.shape[:-1] != k.shape[:-1]:
         raise ValueError(f"v shape {tuple(v.shape)} must match k shape {tuple(k.shape)} except the last dimension")
+    if paged and (k.shape[0] < 1 or k.shape[1] < 1):
+        raise ValueError(f"k (paged) must have num_blocks >= 1 and block_size >= 1, got shape {tuple(k.shape)}")
     for name, size in (("q", head_dim), ("v", head_dim_v)):
         if not 1 <= size <= MAX_HEAD_DIM:
             raise ValueError(f"{name} head size must be in [1, {MAX_HEAD_DIM}], got {size}")
@@ -202,6 +228,19 @@ def flash_attn_varlen_func(
                     f"{name} has dtype {t.dtype}, an AMD MI300 format that NVIDIA GPUs cannot compute with; "
                     "use torch.float8_e4m3fn / torch.float8_e5m2 (the descale absorbs the 2x range difference)"
                 )
+    if validation.wanted(validate) and validation.contents_readable(device):
+        validation.check_contents(
+            total_q=total_q,
+            total_k=0 if paged else k.shape[0],
+            cu_seqlens_q=cu_seqlens_q,
+            cu_seqlens_k=cu_seqlens_k,
+            seqused_k=seqused_k,
+            block_table=block_table,
+            num_blocks=k.shape[0] if paged else 0,
+            block_size=k.shape[1] if paged else 1,
+            max_seqlen_q=max_seqlen_q,
+            max_seqlen_k=max_seqlen_k,
+        )
     if out is None:
         out = torch.empty(
             (total_q, num_q_heads, head_dim_v), dtype=default_output_dtype(q.dtype, output_scale, arch), device=device
