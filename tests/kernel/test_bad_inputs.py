@@ -196,24 +196,7 @@ def test_bad_contents_raise_with_validation(case, validation_on):
         run_kernel(bad, causal=True)
 
 
-# Known kernel gaps (memory-safe, but rows of a bad sequence that lie in `out` are left unwritten): its tiles are laid
-# out over cu_seqlens_q, last rows first, and those past the grid (sized from total_q) never run. Fix: cut the
-# sequence's end at total_q in attention_fwd_kernel's prologue (seq_q_len = min(cu_seqlens_q[b + 1], total_q) -
-# seq_q_start); checked on a patched copy: these then pass.
-KERNEL_GAPS = {
-    "cu_seqlens_q_last_40": "kernel: rows of a sequence running past total_q are left unwritten",
-    "cu_seqlens_q_last_int32_max": "kernel: rows of a sequence running past total_q are left unwritten",
-}
-
-
-def _with_known_gaps(cases: list[Case]) -> list:
-    return [
-        pytest.param(c, id=c.id, marks=[pytest.mark.xfail(reason=KERNEL_GAPS[c.id])] if c.id in KERNEL_GAPS else [])
-        for c in cases
-    ]
-
-
-@pytest.mark.parametrize("case", _with_known_gaps([c for c in CASES if c.error]))
+@pytest.mark.parametrize("case", [c for c in CASES if c.error], ids=lambda c: c.id)
 def test_bad_contents_stay_in_bounds_without_validation(case, validation_off):
     good, bad = _build(case)
     out = run_kernel(bad, causal=True)
@@ -240,13 +223,7 @@ def test_valid_neighbours_pass(case, validate, monkeypatch):
     assert_close(run_kernel(inputs, causal=True), run_reference(inputs, causal=True), ATOL, RTOL)
 
 
-# Known kernel gap: combine_splits_kernel runs over every row of q and writes the merge of partial results no program
-# produced (uninitialized split buffers) into rows that belong to no sequence. Fix: pass it cu_seqlens_q and
-# num_seqs and return for rows outside [cu_seqlens_q[0], cu_seqlens_q[num_seqs]); checked on a patched copy.
-SPLIT_KV_GAP = pytest.mark.xfail(reason="kernel: the split-KV combine writes rows of no sequence")
-
-
-@pytest.mark.parametrize("num_splits", [1, pytest.param(2, marks=SPLIT_KV_GAP)])
+@pytest.mark.parametrize("num_splits", [1, 2])
 @pytest.mark.parametrize("validate", [True, False])
 def test_padding_rows_are_left_as_they_were(num_splits, validate):
     """q and out longer than cu_seqlens_q[-1] (CUDA-graph padding): valid; the padding rows keep what they held."""

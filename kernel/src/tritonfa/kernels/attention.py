@@ -363,7 +363,9 @@ def attention_fwd_kernel(
     else:
         seq = _find_sequence(cu_seqlens_q_ptr, tile_id, num_seqs, TOKENS_PER_TILE)
     seq_q_start = tl.load(cu_seqlens_q_ptr + seq)
-    seq_q_len = tl.load(cu_seqlens_q_ptr + seq + 1) - seq_q_start
+    # A sequence that runs past q (cu_seqlens_q[-1] > total_q) is cut at total_q, so its tiles (last rows first)
+    # cover the rows q has; uncut, they would fall past the grid and leave those rows unwritten.
+    seq_q_len = tl.minimum(tl.load(cu_seqlens_q_ptr + seq + 1), total_q) - seq_q_start
     if TILES_PER_SEQ == 0:
         tile_in_seq = tile_id - (seq_q_start // TOKENS_PER_TILE + seq)
     if SEQ_FILTER == 1:
@@ -534,8 +536,10 @@ def attention_fwd_kernel(
 
 
 @triton.jit(
-    do_not_specialize=["num_splits", "stride_split_out", "stride_split_lse", "stride_split_lse_head", "stride_lse_head"]
-)
+    do_not_specialize=[
+        "num_seqs", "num_splits", "stride_split_out", "stride_split_lse", "stride_split_lse_head", "stride_lse_head"
+    ]
+)  # fmt: skip
 def combine_splits_kernel(
     split_out_ptr,  # [num_splits, total_q, Hq, Dv] fp32, laid out like out
     split_lse_ptr,  # [num_splits, Hq, total_q] fp32
@@ -543,6 +547,8 @@ def combine_splits_kernel(
     lse_ptr,  # [Hq, total_q] fp32
     sink_ptr,  # [Hq]
     out_scale_ptr,  # [] fp32
+    cu_seqlens_q_ptr,  # [batch + 1] int32
+    num_seqs,
     num_splits,
     stride_split_out,
     stride_split_tok,
@@ -563,6 +569,9 @@ def combine_splits_kernel(
 ):
     i_tok = tl.program_id(0).to(tl.int64)
     i_head = tl.program_id(1)
+    # Rows of no sequence (padding past cu_seqlens_q[-1]) have no partial results: leave them as they are.
+    if (i_tok < tl.load(cu_seqlens_q_ptr)) | (i_tok >= tl.load(cu_seqlens_q_ptr + num_seqs)):
+        return
     o_split = tl.arange(0, BLOCK_SPLITS)
     o_dv = tl.arange(0, BLOCK_DV)
     m_split = o_split < num_splits
@@ -779,7 +788,8 @@ def _plan_launch(
     if split_kv:
         grid = (*grid, num_splits)
         split_out = torch.empty((num_splits, total_q, num_q_heads, head_dim_v), dtype=torch.float32, device=q.device)
-        split_lse = torch.empty((num_splits, num_q_heads, total_q), dtype=torch.float32, device=q.device)
+        # -inf: a row no split writes (inconsistent cu_seqlens_q) combines to 0 instead of uninitialized memory
+        split_lse = torch.full((num_splits, num_q_heads, total_q), float("-inf"), dtype=torch.float32, device=q.device)
     else:
         split_out = split_lse = q  # never dereferenced (SPLIT_KV is off)
 
@@ -905,6 +915,8 @@ def _plan_launch(
             lse if lse is not None else q,
             s_aux if s_aux is not None else q,
             output_scale if output_scale is not None else q,
+            cu_seqlens_q,
+            num_seqs,
             num_splits,
             split_out.stride(0), split_out.stride(1), split_out.stride(2),
             split_lse.stride(0), split_lse.stride(1),
