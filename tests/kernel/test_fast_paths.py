@@ -104,3 +104,30 @@ def test_mixed_batch_is_a_prefill_and_a_decode_launch():
     assert decode.grid[0] == len(seqlens_q) * decode.constexprs["TILES_PER_SEQ"]
     atol, rtol = TOLERANCES[torch.bfloat16]
     check_against_reference(inputs, atol, rtol, causal=True)
+
+
+def test_eager_calls_skip_the_dispatcher_and_compile_traces_the_op(monkeypatch):
+    """Eager mode calls the implementation directly (the dispatcher's argument handling cost more host time than the
+    launch); torch.compile must still see one opaque custom op (fullgraph fails if it traced into the launcher)."""
+    import tritonfa
+    import tritonfa.interface as interface
+
+    inputs = make_inputs([9, 3], [9, 12], num_heads=(4, 2), head_size=64)
+    atol, rtol = TOLERANCES[torch.bfloat16]
+    expected = check_against_reference(inputs, atol, rtol, causal=True)
+
+    def dispatcher_used(*args, **kwargs):
+        raise AssertionError("an eager call went through the torch custom op")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(interface, "varlen_fwd", dispatcher_used)
+        torch.testing.assert_close(tritonfa.flash_attn_varlen_func(*inputs.args(), causal=True), expected)
+
+    compiled = torch.compile(
+        lambda q, k, v: tritonfa.flash_attn_varlen_func(
+            q, k, v, inputs.max_seqlen_q, inputs.cu_seqlens_q, inputs.max_seqlen_k, inputs.cu_seqlens_k, causal=True
+        ),
+        backend="eager",
+        fullgraph=True,
+    )
+    torch.testing.assert_close(compiled(inputs.q, inputs.k, inputs.v), expected)

@@ -1,7 +1,8 @@
 """Public entry point: argument checking, defaults, output allocation and the torch custom op.
 
-Layers: `flash_attn_varlen_func` (checks and defaults, host-only) -> `tritonfa::varlen_fwd` custom op (what
-torch.compile and CUDA graphs see) -> `kernels.attention.attention_forward` (typed launcher) -> Triton kernel.
+Layers: `flash_attn_varlen_func` (checks and defaults, host-only) -> `varlen_fwd_eager` (output and lse buffers),
+called directly in eager mode and through its `tritonfa::varlen_fwd` custom op while torch.compile traces ->
+`kernels.attention.attention_forward` (typed launcher) -> Triton kernel.
 Every check here reads only shapes, dtypes, devices and Python values: never tensor contents (no host sync). The
 contents of the index tensors are checked only on request (`validate=True` or TRITONFA_VALIDATE=1, see
 `tritonfa.validation`); the kernel itself never reads or writes outside its tensors, whatever they hold.
@@ -250,7 +251,10 @@ def flash_attn_varlen_func(
         if tuple(out.shape) != (total_q, num_q_heads, head_dim_v):
             raise ValueError(f"out must have shape {(total_q, num_q_heads, head_dim_v)}, got {tuple(out.shape)}")
 
-    lse = varlen_fwd(
+    # Eager callers skip the dispatcher (its argument handling costs more host time than the launch); torch.compile
+    # traces the custom op, which has a fake implementation.
+    forward = varlen_fwd if torch.compiler.is_compiling() else varlen_fwd_eager
+    lse = forward(
         q, k, v, out, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, alibi_slopes, bias, s_aux,
         q_descale, k_descale, v_descale, output_scale, max_seqlen_q, max_seqlen_k, float(softmax_scale),
         window_left, window_right, float(softcap), int(num_splits), return_softmax_lse,
@@ -258,8 +262,7 @@ def flash_attn_varlen_func(
     return (out, lse) if return_softmax_lse else out
 
 
-@torch.library.custom_op("tritonfa::varlen_fwd", mutates_args=("out",))
-def varlen_fwd(
+def varlen_fwd_eager(
     q: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor,
@@ -296,6 +299,10 @@ def varlen_fwd(
         softmax_scale, window_left, window_right, softcap, num_splits,
     )  # fmt: skip
     return lse
+
+
+# The same function as a torch custom op, for torch.compile (and callers that want the dispatcher).
+varlen_fwd = torch.library.custom_op("tritonfa::varlen_fwd", varlen_fwd_eager, mutates_args=("out",))
 
 
 @varlen_fwd.register_fake

@@ -4,8 +4,8 @@
 `TRITONFA_VALIDATE=1` in the environment (read at every call) or `validate=True`, it calls `check_contents` before
 the launch: the checks run as a few vectorized torch ops on the tensors' device and one host transfer at the end
 (`.tolist()`), and the first problem found raises a ValueError naming the argument, the entry and its value. During
-CUDA-graph capture and torch.compile tracing the contents cannot be read: the checks are skipped with a warning
-(once per process).
+CUDA-graph capture and torch.compile tracing the contents cannot be read: the checks are skipped (during capture
+with a warning, once per process).
 
 Whether validated or not, the kernel never reads or writes outside its tensors (kernel/SEMANTICS.md, "What is
 checked, when"); validation turns a scheduler bug into an error at the call that has it instead of a wrong output.
@@ -41,12 +41,14 @@ def _compiling() -> bool:
 
 
 def contents_readable(device: torch.device) -> bool:
-    """False (with a warning, once per process) where reading contents is impossible: CUDA-graph capture,
-    torch.compile tracing; False silently for meta tensors, which hold no contents."""
+    """False where reading contents is impossible: during CUDA-graph capture with a warning (once per process);
+    silently while torch.compile traces (a warning would break the graph) and for meta tensors (no contents)."""
     global _skip_warned
     if device.type == "meta":
         return False
-    if not (_capturing(device) or _compiling()):
+    if _compiling():
+        return False  # a warning here would break the traced graph; eager calls of the same code are checked
+    if not _capturing(device):
         return True
     if not _skip_warned:
         _skip_warned = True
