@@ -566,6 +566,7 @@ def combine_splits_kernel(
     HAS_OUT_SCALE: tl.constexpr,
     RETURN_LSE: tl.constexpr,
     OUT_MAX: tl.constexpr,
+    SPLITS_PER_STEP: tl.constexpr,
 ):
     i_tok = tl.program_id(0).to(tl.int64)
     i_head = tl.program_id(1)
@@ -589,18 +590,28 @@ def combine_splits_kernel(
     denominator = tl.sum(weight, 0)
     if HAS_SINK:
         denominator += tl.exp(tl.load(sink_ptr + i_head).to(tl.float32) - m_safe)
-    p_so = (
-        split_out_ptr
-        + o_split.to(tl.int64)[:, None] * stride_split_out
-        + i_tok * stride_split_tok
-        + i_head * stride_split_head
-        + o_dv[None, :]
-    )
-    # Splits a short context left empty (lse -inf) wrote no partial output: skip reading them.
-    m_used = m_split & (b_lse > float("-inf"))
-    b_so = tl.load(p_so, mask=m_used[:, None] & m_dv[None, :], other=0.0)  # [BS, BDV]
+    # Partial outputs in chunks of SPLITS_PER_STEP splits: all 64 x Dv at once would spill registers (MI300, Dv 256).
+    b_acc = tl.zeros([BLOCK_DV], dtype=tl.float32)
+    for first in range(0, num_splits, SPLITS_PER_STEP):
+        o_chunk = first + tl.arange(0, SPLITS_PER_STEP)
+        b_lse_chunk = tl.load(
+            split_lse_ptr + o_chunk.to(tl.int64) * stride_split_lse + i_head * stride_split_lse_head + i_tok,
+            mask=o_chunk < num_splits,
+            other=float("-inf"),
+        )  # [SC]
+        p_so = (
+            split_out_ptr
+            + o_chunk.to(tl.int64)[:, None] * stride_split_out
+            + i_tok * stride_split_tok
+            + i_head * stride_split_head
+            + o_dv[None, :]
+        )
+        # Splits a short context left empty (lse -inf) wrote no partial output: skip reading them.
+        m_used = b_lse_chunk > float("-inf")
+        b_so = tl.load(p_so, mask=m_used[:, None] & m_dv[None, :], other=0.0)  # [SC, BDV]
+        b_acc += tl.sum(b_so * tl.exp(b_lse_chunk - m_safe)[:, None], 0)
     safe_denominator = tl.where(denominator == 0.0, 1.0, denominator)
-    b_o = tl.sum(b_so * weight[:, None], 0) / safe_denominator  # [BDV]
+    b_o = b_acc / safe_denominator  # [BDV]
     if HAS_OUT_SCALE:
         b_o = b_o / tl.load(out_scale_ptr)
     if OUT_MAX > 0:
@@ -931,6 +942,7 @@ def _plan_launch(
             HAS_OUT_SCALE=output_scale is not None,
             RETURN_LSE=lse is not None,
             OUT_MAX=out_max,
+            SPLITS_PER_STEP=8,
         )
         launches.append(
             KernelLaunch(
