@@ -8,6 +8,9 @@ Thin by design, modelled on vLLM 0.24's `vllm/v1/attention/backends/triton_attn.
   decodes mixed, straight from the paged cache. The first call of a layer goes through tritonfa's public
   `flash_attn_varlen_func` (every argument checked); later calls with the same layer-level arguments (cache views,
   dtypes) go straight to its `tritonfa::varlen_fwd` op, skipping checks that cannot fail again.
+- the first call of a layer that sees its real KV cache (vLLM's dummy runs after the cache is allocated, before
+  CUDA-graph capture and serving) compiles every kernel variant the layer can launch on tiny synthetic batches
+  (`_warm_up`), once per layer configuration: no Triton compilation happens while serving.
 All math lives in tritonfa; the version differences between supported vLLM releases live in `compat`.
 
 Supported: decoder self-attention (causal); fp16/bf16/fp32 models; kv_cache_dtype auto/float16/bfloat16/fp8/
@@ -37,7 +40,9 @@ from vllm.v1.attention.backend import (
 from vllm.v1.attention.ops.triton_reshape_and_cache_flash import triton_reshape_and_cache_flash
 
 from tritonfa import flash_attn_varlen_func
+from tritonfa.configs import DECODE_MAX_SEQLEN_Q
 from tritonfa.interface import MAX_HEAD_DIM, varlen_fwd
+from tritonfa.kernels.attention import _multiprocessor_count
 from tritonfa_vllm import compat
 
 FP8_KV_CACHE_DTYPES = ("fp8", "fp8_e4m3", "fp8_e5m2")
@@ -86,6 +91,10 @@ def _fp32_reason(dtype: torch.dtype, head_size: int, capability) -> str | None:
 _BELOW_AUTOGRAD = getattr(torch._C, "_AutoDispatchBelowADInplaceOrView", contextlib.nullcontext)
 
 
+# Layer configurations (see TritonFAImpl._warm_up_key) whose kernel variants have been compiled in this process.
+_WARMED_UP: set[tuple] = set()
+
+
 def platform_takes_fp8_query() -> bool:
     """Whether quantizing the query to fp8 pays off here: vLLM 0.34's rule for its Triton backend.
 
@@ -97,6 +106,14 @@ def platform_takes_fp8_query() -> bool:
 
         return not (on_gfx90a() or on_gfx11())
     return True
+
+
+def _scratch_like(t: torch.Tensor, rows: int) -> torch.Tensor:
+    """A new tensor of `rows` rows with t's dtype, strides and 16-byte alignment offset (what Triton specializes on)."""
+    offset = (t.data_ptr() % 16) // t.element_size()
+    size = offset + 1 + sum((n - 1) * st for n, st in zip((rows, *t.shape[1:]), t.stride()))
+    flat = torch.empty(size, dtype=t.dtype, device=t.device)
+    return flat.as_strided((rows, *t.shape[1:]), t.stride(), offset)
 
 
 @dataclass
@@ -366,8 +383,11 @@ class TritonFAImpl(AttentionImpl[TritonFAMetadata]):
         if output_block_scale is not None:
             raise NotImplementedError("tritonfa_vllm does not support block-scaled (nvfp4) output quantization")
         if attn_metadata is None:
-            # Profiling run: nothing to attend to. Zero the output as vLLM's own backends do, so that the rest of
-            # the profiled forward sees finite values instead of whatever the allocation held.
+            # Profiling run or a warm-up dummy run: nothing to attend to. Zero the output as vLLM's own backends do,
+            # so that the rest of the forward sees finite values instead of whatever the allocation held. Dummy
+            # runs after the KV cache exists (vLLM's warm-up, before CUDA-graph capture) compile the kernels.
+            if kv_cache.dim() in (4, 5) and kv_cache.numel() > 0:
+                self._warm_up(layer, query, output, *self._paged_kv(kv_cache), output_scale)
             return output.fill_(0)
 
         # Everything below runs on every layer of every step that vLLM does not capture in a CUDA graph whole
@@ -395,6 +415,7 @@ class TritonFAImpl(AttentionImpl[TritonFAMetadata]):
         if checked is None or not (
             checked[0] is call[0] and checked[1] == call[1] and checked[2] == call[2] and checked[3] == call[3]
         ):
+            self._warm_up(layer, q, out, key_cache, value_cache, output_scale)
             flash_attn_varlen_func(
                 q,
                 key_cache,
@@ -420,8 +441,94 @@ class TritonFAImpl(AttentionImpl[TritonFAMetadata]):
             return output
         with _BELOW_AUTOGRAD():
             varlen_fwd(
-                q, key_cache, value_cache, out, md.query_start_loc, None, md.seq_lens, md.block_table, alibi_slopes,
-                None, self.sinks, q_descale, k_descale, v_descale, output_scale, md.max_query_len, md.max_seq_len,
-                self.scale, self.window_size[0], 0, self.logits_soft_cap, 0, False,
+                *self._op_args(
+                    layer, q, key_cache, value_cache, out, md.query_start_loc, md.seq_lens, md.block_table,
+                    md.max_query_len, md.max_seq_len, output_scale,
+                )
             )  # fmt: skip
         return output
+
+    def _op_args(
+        self, layer, q, key_cache, value_cache, out, query_start_loc, seq_lens, block_table, max_query_len,
+        max_seq_len, output_scale,
+    ) -> tuple:  # fmt: skip
+        """The positional arguments of `tritonfa::varlen_fwd` for one call of this layer (forward and warm-up)."""
+        q_descale = k_descale = v_descale = None
+        if self.fp8_kv_cache:
+            k_descale, v_descale = layer._k_scale, layer._v_scale
+            if q.dtype == self.fp8_dtype:
+                q_descale = layer._q_scale
+        alibi_slopes = self.alibi_slopes
+        if alibi_slopes is not None and alibi_slopes.device != q.device:
+            alibi_slopes = self.alibi_slopes = alibi_slopes.to(q.device)
+        return (
+            q, key_cache, value_cache, out, query_start_loc, None, seq_lens, block_table, alibi_slopes, None,
+            self.sinks, q_descale, k_descale, v_descale, output_scale, max_query_len, max_seq_len, self.scale,
+            self.window_size[0], 0, self.logits_soft_cap, 0, False,
+        )  # fmt: skip
+
+    def _warm_up_key(self, layer, query, output, key_cache, value_cache, output_scale) -> tuple:
+        """What decides which kernel variants this layer compiles: fixed per layer, never per batch.
+
+        Pointer alignment (16 bytes) and strides are part of Triton's specialization, so the cache views' and the
+        query/output's strides and offsets are in the key too.
+        """
+        return (
+            query.device, query.dtype, query.shape[1:], query.stride(), query.data_ptr() % 16,
+            output.dtype, output.stride(), output.data_ptr() % 16, output_scale is not None,
+            key_cache.dtype, value_cache.dtype, key_cache.shape[1:], value_cache.shape[1:],
+            key_cache.stride(), value_cache.stride(), key_cache.data_ptr() % 16, value_cache.data_ptr() % 16,
+            self.window_size, self.logits_soft_cap > 0, self.alibi_slopes is not None, self.sinks is not None,
+            self.fp8_kv_cache,
+        )  # fmt: skip
+
+    def _warm_up(self, layer, query, output, key_cache, value_cache, output_scale) -> None:
+        """Compile every kernel variant this layer can launch, once per layer configuration (`_WARMED_UP`).
+
+        Runs on the layer's real cache views (so dtypes, strides and alignment match serving) and scratch q/out
+        allocated with the real query's and output's strides. Skipped while a CUDA graph is being captured (the
+        launches would be recorded); vLLM's uncaptured dummy runs come first.
+        """
+        if query.device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+            return
+        key = self._warm_up_key(layer, query, output, key_cache, value_cache, output_scale)
+        if key in _WARMED_UP:
+            return
+        with torch.no_grad(), _BELOW_AUTOGRAD():
+            for args in self._warm_up_calls(layer, query, output, key_cache, value_cache, output_scale):
+                varlen_fwd(*args)
+        _WARMED_UP.add(key)
+
+    def _warm_up_calls(self, layer, query, output, key_cache, value_cache, output_scale) -> list[tuple]:
+        """`varlen_fwd` arguments of tiny synthetic batches, one per bucket the kernel's variant choice depends on.
+
+        tritonfa.kernels.attention.plan_attention picks its launches from: decode-shaped (max_query_len <=
+        DECODE_MAX_SEQLEN_Q) or not; for decode-shaped batches whether the KV range is split (from num_seqs x
+        kv-head chunks against 2 x the SM count, never from lengths; split also launches the combine kernel); for
+        other batches one sequence (one launch) or several (a prefill and a decode launch). Lengths, token counts
+        and block-table widths are runtime arguments Triton does not specialize on.
+        """
+        device = query.device
+        # 2 x the SM count sequences fill the GPU twice at any head count: never split; 1 sequence splits when
+        # anything can (fewest programs).
+        no_split_seqs = 2 * _multiprocessor_count(device)
+        prefill_len = DECODE_MAX_SEQLEN_Q + 1
+        buckets = [[1], [1] * no_split_seqs, [prefill_len], [prefill_len, 1]]
+        block_size = key_cache.shape[1]
+        calls = []
+        for query_lens in buckets:
+            num_tokens = sum(query_lens)
+            q = _scratch_like(query, num_tokens).zero_()
+            out = _scratch_like(output, num_tokens)
+            lens = torch.tensor(query_lens, dtype=torch.int32)
+            cu_seqlens_q = torch.cat([lens.new_zeros(1), lens.cumsum(0, dtype=torch.int32)]).to(device)
+            max_len = max(query_lens)
+            # every block of every sequence is block 0 of the real cache: the kernel only reads it
+            block_table = torch.zeros(len(query_lens), -(-max_len // block_size), dtype=torch.int32, device=device)
+            calls.append(
+                self._op_args(
+                    layer, q, key_cache, value_cache, out, cu_seqlens_q, lens.to(device), block_table, max_len,
+                    max_len, output_scale,
+                )
+            )  # fmt: skip
+        return calls
