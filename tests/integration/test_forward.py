@@ -306,10 +306,10 @@ def test_checked_once_then_straight_to_the_op(device, monkeypatch):
     assert not outputs[0].isnan().any()
     for out in outputs[1:]:
         torch.testing.assert_close(out, outputs[0], atol=0, rtol=0)
-    # the direct calls dispatch below torch's ADInplaceOrView kernel (most of the op's host time): that kernel is
-    # what bumps the version counter of the mutated `out`; the checked call goes through it
-    assert outputs[0]._version > 0
-    assert all(out._version == 0 for out in outputs[1:])
+    # no call goes through torch's ADInplaceOrView kernel (most of an op call's host time; it is what bumps the
+    # version counter of the mutated `out`): the public function calls tritonfa's implementation directly in eager
+    # mode, and the direct calls dispatch below that kernel
+    assert all(out._version == 0 for out in outputs)
 
     calls.clear()
     impl.forward(layer, query, None, None, new_cache(), metadata, torch.empty_like(query))  # new cache: checked

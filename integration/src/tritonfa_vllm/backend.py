@@ -88,6 +88,7 @@ def _fp32_reason(dtype: torch.dtype, head_size: int, capability) -> str | None:
 # That kernel's argument handling (torch._library.utils.fill_defaults) is quadratic in the op's 23 arguments: most
 # of the op's host time (step_profile / hostcost). vLLM runs attention without autograd and never reads version
 # counters, so the backend dispatches below that key. Falls back to a plain call where torch lacks the guard.
+_SIXTEEN_BIT = (torch.float16, torch.bfloat16)
 _BELOW_AUTOGRAD = getattr(torch._C, "_AutoDispatchBelowADInplaceOrView", contextlib.nullcontext)
 
 
@@ -397,6 +398,8 @@ class TritonFAImpl(AttentionImpl[TritonFAMetadata]):
         key_cache, value_cache = self._paged_kv(kv_cache)
         # slicing costs host time too: only when vLLM's buffers are longer than the step
         q = query if query.shape[0] == num_tokens else query[:num_tokens]
+        if key_cache.dtype != q.dtype and key_cache.dtype in _SIXTEEN_BIT and q.dtype in _SIXTEEN_BIT:
+            q = q.to(key_cache.dtype)  # a bf16 model over an fp16 cache (or the reverse): tritonfa refuses the mix
         out = output if output.shape[0] == num_tokens else output[:num_tokens]
         q_descale = k_descale = v_descale = None
         if self.fp8_kv_cache:
@@ -491,6 +494,8 @@ class TritonFAImpl(AttentionImpl[TritonFAMetadata]):
         """
         if query.device.type == "cuda" and torch.cuda.is_current_stream_capturing():
             return
+        if key_cache.dtype != query.dtype and key_cache.dtype in _SIXTEEN_BIT and query.dtype in _SIXTEEN_BIT:
+            query = query.to(key_cache.dtype)  # as forward converts it
         key = self._warm_up_key(layer, query, output, key_cache, value_cache, output_scale)
         if key in _WARMED_UP:
             return
@@ -504,7 +509,7 @@ class TritonFAImpl(AttentionImpl[TritonFAMetadata]):
 
         tritonfa.kernels.attention.plan_attention picks its launches from: decode-shaped (max_query_len <=
         DECODE_MAX_SEQLEN_Q) or not; for decode-shaped batches whether the KV range is split (from num_seqs x
-        kv-head chunks against 2 x the SM count, never from lengths; split also launches the combine kernel); for
+        kv-head chunks against 2 x the SM count, capped by max_seqlen_k; split also launches the combine kernel); for
         other batches one sequence (one launch) or several (a prefill and a decode launch). Lengths, token counts
         and block-table widths are runtime arguments Triton does not specialize on.
         """
@@ -525,10 +530,13 @@ class TritonFAImpl(AttentionImpl[TritonFAMetadata]):
             max_len = max(query_lens)
             # every block of every sequence is block 0 of the real cache: the kernel only reads it
             block_table = torch.zeros(len(query_lens), -(-max_len // block_size), dtype=torch.int32, device=device)
+            # max_seqlen_k caps the split count (a bound, not the length): the single decode passes the largest so
+            # that it compiles the split variant a long context would use
+            max_seqlen_k = 1 << 30 if query_lens == [1] else max_len
             calls.append(
                 self._op_args(
                     layer, q, key_cache, value_cache, out, cu_seqlens_q, lens.to(device), block_table, max_len,
-                    max_len, output_scale,
+                    max_seqlen_k, output_scale,
                 )
             )  # fmt: skip
         return calls

@@ -755,8 +755,8 @@ def plan_attention(
     element_bytes = max(t.element_size() for t in (q, k, v))
     plan = functools.partial(
         _plan_launch, arch, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, alibi_slopes,
-        bias, s_aux, q_descale, k_descale, v_descale, output_scale, softmax_scale, window_left, window_right, softcap,
-        block_d, block_dv,
+        bias, s_aux, q_descale, k_descale, v_descale, output_scale, max_seqlen_k, softmax_scale, window_left,
+        window_right, softcap, block_d, block_dv,
     )  # fmt: skip
     decode_config = select_config(arch, max(block_d, block_dv), 1, element_bytes)
     if max_seqlen_q <= DECODE_MAX_SEQLEN_Q:
@@ -769,8 +769,8 @@ def plan_attention(
 
 def _plan_launch(
     arch, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, alibi_slopes, bias, s_aux,
-    q_descale, k_descale, v_descale, output_scale, softmax_scale, window_left, window_right, softcap, block_d,
-    block_dv, config: AttentionConfig, seq_filter: int, num_splits: int,
+    q_descale, k_descale, v_descale, output_scale, max_seqlen_k, softmax_scale, window_left, window_right, softcap,
+    block_d, block_dv, config: AttentionConfig, seq_filter: int, num_splits: int,
 ) -> list[KernelLaunch]:  # fmt: skip
     """One launch of attention_fwd_kernel (+ combine_splits_kernel when the KV range is split).
 
@@ -794,7 +794,7 @@ def _plan_launch(
         tiles_per_seq = 0
         grid = (total_q // tokens_per_tile + num_seqs, num_kv_heads * head_chunks)
     if num_splits == 0:
-        num_splits = _auto_num_splits(q.device, num_seqs * grid[1])
+        num_splits = _auto_num_splits(q.device, num_seqs * grid[1], max_seqlen_k, config.block_n)
     split_kv = num_splits > 1
     if split_kv:
         grid = (*grid, num_splits)
@@ -1012,15 +1012,16 @@ def _key_major_copy(v: torch.Tensor) -> torch.Tensor:
 MIN_BLOCKS_PER_SPLIT = 4
 
 
-def _auto_num_splits(device: torch.device, programs: int) -> int:
-    """KV splits for a decode-shaped launch of `programs` (sequence, head-chunk) pairs: enough to fill the GPU twice.
+def _auto_num_splits(device: torch.device, programs: int, max_seqlen_k: int, block_n: int) -> int:
+    """KV splits for a decode-shaped launch of `programs` (sequence, head-chunk) pairs: enough to fill the GPU twice,
+    but none that max_seqlen_k says no sequence can use (each split covers at least MIN_BLOCKS_PER_SPLIT blocks).
 
-    Depends on the batch size only, never on lengths: the kernel sizes the splits a sequence really uses from its
-    KV length on the device, so a CUDA graph captured at one length replays well at any other, and a new length
-    never compiles a new variant. A power of two so few grids/variants appear.
+    Within that cap the kernel sizes the splits a sequence really uses from its KV length on the device, so a CUDA
+    graph captured with a large max_seqlen_k replays well at any shorter length. A power of two.
     """
     target_programs = 2 * _multiprocessor_count(device)
-    splits = min(triton.cdiv(target_programs, max(programs, 1)), MAX_SPLITS)
+    usable = triton.cdiv(max(max_seqlen_k, 0), MIN_BLOCKS_PER_SPLIT * block_n)
+    splits = min(triton.cdiv(target_programs, max(programs, 1)), MAX_SPLITS, usable)
     return triton.next_power_of_2(splits) if splits > 1 else 1
 
 
