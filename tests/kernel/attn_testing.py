@@ -335,7 +335,13 @@ def check_low_precision(inputs: AttnInputs, **kwargs) -> torch.Tensor:
     low_precision = run_reference(inputs, emulate_dtype=emulate, fp8_p_round_trip=v_fp8, **kwargs)
     output_scale = kwargs.get("output_scale")
     if output_scale is None:
-        assert_within_low_precision_error(out, ref, low_precision, msg)
+        # With fp8 V the P @ V dot is an fp8 MMA: on Hopper (and the interpreter's model of it) its accumulator keeps
+        # 13 mantissa bits, cut once per 32-deep step of a key block; the float64-accumulating low-precision
+        # reference has no such error, which an fp32 output shows (one block of up to 128 keys: 4 steps).
+        floor = rounding_floor(out.dtype, max_abs(ref))
+        if is_fp8(inputs.v.dtype):
+            floor += max_abs(ref) * (128 // FP8_MMA_K_STEP) * FP8_MMA_RELATIVE_CUT
+        assert_within_low_precision_error(out, ref, low_precision, msg, floor=floor)
     else:
         # compare what the fp8 output means (stored * output_scale); the floor is 16-bit, fp8 rounding is in both
         assert_within_low_precision_error(
