@@ -401,14 +401,6 @@ class TritonFAImpl(AttentionImpl[TritonFAMetadata]):
         if key_cache.dtype != q.dtype and key_cache.dtype in _SIXTEEN_BIT and q.dtype in _SIXTEEN_BIT:
             q = q.to(key_cache.dtype)  # a bf16 model over an fp16 cache (or the reverse): tritonfa refuses the mix
         out = output if output.shape[0] == num_tokens else output[:num_tokens]
-        q_descale = k_descale = v_descale = None
-        if self.fp8_kv_cache:
-            k_descale, v_descale = layer._k_scale, layer._v_scale
-            if q.dtype == self.fp8_dtype:
-                q_descale = layer._q_scale
-        alibi_slopes = self.alibi_slopes
-        if alibi_slopes is not None and alibi_slopes.device != q.device:
-            alibi_slopes = self.alibi_slopes = alibi_slopes.to(q.device)
 
         # The builder checked the batch tensors (once per step). What remains of flash_attn_varlen_func's checks
         # depends only on the layer (cache views, dtypes, head counts, scales): check it on the layer's first call
@@ -419,6 +411,7 @@ class TritonFAImpl(AttentionImpl[TritonFAMetadata]):
             checked[0] is call[0] and checked[1] == call[1] and checked[2] == call[2] and checked[3] == call[3]
         ):
             self._warm_up(layer, q, out, key_cache, value_cache, output_scale)
+            q_descale, k_descale, v_descale, alibi_slopes = self._scales(layer, q)
             flash_attn_varlen_func(
                 q,
                 key_cache,
@@ -451,11 +444,8 @@ class TritonFAImpl(AttentionImpl[TritonFAMetadata]):
             )  # fmt: skip
         return output
 
-    def _op_args(
-        self, layer, q, key_cache, value_cache, out, query_start_loc, seq_lens, block_table, max_query_len,
-        max_seq_len, output_scale,
-    ) -> tuple:  # fmt: skip
-        """The positional arguments of `tritonfa::varlen_fwd` for one call of this layer (forward and warm-up)."""
+    def _scales(self, layer, q) -> tuple:
+        """(q_descale, k_descale, v_descale, alibi_slopes) of this layer for a call with query `q`."""
         q_descale = k_descale = v_descale = None
         if self.fp8_kv_cache:
             k_descale, v_descale = layer._k_scale, layer._v_scale
@@ -464,6 +454,14 @@ class TritonFAImpl(AttentionImpl[TritonFAMetadata]):
         alibi_slopes = self.alibi_slopes
         if alibi_slopes is not None and alibi_slopes.device != q.device:
             alibi_slopes = self.alibi_slopes = alibi_slopes.to(q.device)
+        return q_descale, k_descale, v_descale, alibi_slopes
+
+    def _op_args(
+        self, layer, q, key_cache, value_cache, out, query_start_loc, seq_lens, block_table, max_query_len,
+        max_seq_len, output_scale,
+    ) -> tuple:  # fmt: skip
+        """The positional arguments of `tritonfa::varlen_fwd` for one call of this layer (forward and warm-up)."""
+        q_descale, k_descale, v_descale, alibi_slopes = self._scales(layer, q)
         return (
             q, key_cache, value_cache, out, query_start_loc, None, seq_lens, block_table, alibi_slopes, None,
             self.sinks, q_descale, k_descale, v_descale, output_scale, max_query_len, max_seq_len, self.scale,
