@@ -23,25 +23,46 @@ def _type_name(dtype: torch.dtype) -> str:
     return str(_TORCH_TO_TL[dtype]).replace("float", "fp").replace("bfloat16", "bf16")
 
 
-def _signature(launch: KernelLaunch) -> dict[str, str]:
-    """Triton's type string for every argument of a planned launch (constexprs included)."""
+def _signature(launch: KernelLaunch) -> tuple[dict[str, str], dict[str, Any], dict[str, Any]]:
+    """Triton's type string for every argument of a planned launch, as its runtime would specialize them.
+
+    Returns (signature, constexprs, attrs). Like Triton's launcher (3.x), an integer argument that is not in
+    `do_not_specialize` becomes the constant 1 when it is 1 and is marked 16-divisible when it is; a pointer is
+    marked 16-divisible. Without this, a cross-compiled kernel loses the contiguity a unit stride gives (no
+    vectorized or asynchronous loads) and its registers and pipelining differ from what runs on the GPU.
+    """
+    params = {p.name: p for p in launch.fn.params}
     runtime_names = [n for n in launch.fn.arg_names if n not in launch.constexprs]
     if len(runtime_names) != len(launch.args):
         raise ValueError(f"{launch.fn.__name__}: {len(launch.args)} arguments for {len(runtime_names)} parameters")
     signature: dict[str, str] = {}
+    constexprs: dict[str, Any] = dict(launch.constexprs)
+    attrs: dict[str, Any] = {}
+    divisible = [["tt.divisibility", 16]]
     for name, value in zip(runtime_names, launch.args):
         if isinstance(value, TensorDescriptor):
             block = ", ".join(str(b) for b in value.block_shape)
             signature[name] = f"tensordesc<{_type_name(value.base.dtype)}[{block}]>"
         elif isinstance(value, torch.Tensor):
             signature[name] = "*" + (_type_name(value.dtype) if value.dtype in _TORCH_TO_TL else "i32")
+            attrs[name] = divisible
         elif isinstance(value, float) or name in _SCALAR_FLOATS:
             signature[name] = "fp32"
+        elif value is None:
+            signature[name] = "constexpr"
+            constexprs[name] = None
         else:
-            signature[name] = "i32"
+            specialize = not params[name].do_not_specialize
+            if specialize and value == 1:
+                signature[name] = "constexpr"
+                constexprs[name] = 1
+                continue
+            signature[name] = "i64" if abs(int(value)) >= 2**31 else "i32"
+            if specialize and int(value) % 16 == 0:
+                attrs[name] = divisible
     for name in launch.constexprs:
         signature[name] = "constexpr"
-    return signature
+    return signature, constexprs, attrs
 
 
 def _meta_inputs(arch: str, q_dtype, kv_dtype, head_dim: int, paged: bool, decode: bool, features: bool) -> dict:
@@ -102,7 +123,7 @@ def cross_compile_specs(arch: str) -> list[dict[str, Any]]:
             for decode in (False, True):
                 inputs = _meta_inputs(arch, head_dim=head_dim, decode=decode, **variant)
                 for launch in plan_attention(**inputs):
-                    signature = _signature(launch)
+                    signature, constexprs, attrs = _signature(launch)
                     c = launch.constexprs
                     name = (
                         f"{launch.fn.__name__}[{arch} d{head_dim} "
@@ -131,9 +152,10 @@ def cross_compile_specs(arch: str) -> list[dict[str, Any]]:
                     # each tile shape is enough to prove the code compiles.
                     shape_constexprs = {k: v for k, v in c.items() if k not in ("SEQ_FILTER", "TILES_PER_SEQ")}
                     key = repr((launch.fn.__name__, sorted(signature.items()), sorted(shape_constexprs.items()),
-                                launch.options))  # fmt: skip
+                                sorted(attrs), launch.options))  # fmt: skip
                     specs.setdefault(
                         key,
-                        dict(name=name, fn=launch.fn, signature=signature, constexprs=dict(c), options=launch.options),
+                        dict(name=name, fn=launch.fn, signature=signature, constexprs=constexprs, attrs=attrs,
+                             options=launch.options),
                     )
     return list(specs.values())

@@ -74,7 +74,6 @@ def _attend_kv_range(
     kv_head,
     seq_k_start,
     seq_k_len,
-    block_size,
     num_blocks,
     q_idx,
     row_valid,
@@ -104,6 +103,7 @@ def _attend_kv_range(
     BLOCK_N: tl.constexpr,
     MASKED: tl.constexpr,
     PAGED: tl.constexpr,
+    PAGE_SIZE: tl.constexpr,
     USE_TMA: tl.constexpr,
     V_KEY_MAJOR: tl.constexpr,
     USE_WINDOW: tl.constexpr,
@@ -132,20 +132,20 @@ def _attend_kv_range(
     PREFETCH_BLOCK_IDS: tl.constexpr = PAGED and q.shape[0] >= 64
     if PREFETCH_BLOCK_IDS:
         i_k_first = kv_start + tl.arange(0, BLOCK_N)
-        i_block_next = tl.load(block_table_ptr + i_k_first // block_size, mask=i_k_first < seq_k_len, other=0)
+        i_block_next = tl.load(block_table_ptr + i_k_first // PAGE_SIZE, mask=i_k_first < seq_k_len, other=0)
     for start in range(kv_start, kv_end, BLOCK_N):
         i_k = start + tl.arange(0, BLOCK_N)  # [BN] key positions within the sequence
         m_k = i_k < seq_k_len
         if PREFETCH_BLOCK_IDS:
             i_block = i_block_next
             i_k_ahead = i_k + BLOCK_N
-            i_block_next = tl.load(block_table_ptr + i_k_ahead // block_size, mask=i_k_ahead < seq_k_len, other=0)
+            i_block_next = tl.load(block_table_ptr + i_k_ahead // PAGE_SIZE, mask=i_k_ahead < seq_k_len, other=0)
         elif PAGED:
-            i_block = tl.load(block_table_ptr + i_k // block_size, mask=m_k, other=0)
+            i_block = tl.load(block_table_ptr + i_k // PAGE_SIZE, mask=m_k, other=0)
         if PAGED:
             # An out-of-range block id (a scheduler bug) must not make the kernel read outside the cache.
             i_block = tl.minimum(tl.maximum(i_block, 0), num_blocks - 1).to(tl.int64)
-            i_in_block = (i_k % block_size).to(tl.int64)
+            i_in_block = (i_k % PAGE_SIZE).to(tl.int64)
             o_k_row = i_block * stride_k_block + i_in_block * stride_k_tok
             o_v_row = i_block * stride_v_block + i_in_block * stride_v_tok
         else:
@@ -235,7 +235,6 @@ def _attend_kv_range(
         "softcap",
         "window_left",
         "window_right",
-        "block_size",
         "bias_len_q",
         "bias_len_k",
         "stride_bt_seq",
@@ -279,7 +278,6 @@ def attention_fwd_kernel(
     softcap,
     window_left,
     window_right,
-    block_size,
     bias_len_q,
     bias_len_k,
     stride_q_tok,
@@ -324,6 +322,8 @@ def attention_fwd_kernel(
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     PAGED: tl.constexpr,
+    PAGE_SIZE: tl.constexpr,  # keys per cache block (PAGED); a constant, so key -> (block, slot) is a shift, not a
+    # division (a runtime block size put 74-175 integer divisions into each loop; one compile per cache layout)
     USE_TMA: tl.constexpr,
     V_KEY_MAJOR: tl.constexpr,
     HAS_SEQUSED: tl.constexpr,
@@ -385,7 +385,7 @@ def attention_fwd_kernel(
         seq_k_len = tl.load(cu_seqlens_k_ptr + seq + 1) - tl.load(cu_seqlens_k_ptr + seq)
     if PAGED:
         seq_k_start = 0
-        seq_k_cap = max_blocks * block_size  # keys the block table can address
+        seq_k_cap = max_blocks * PAGE_SIZE  # keys the block table can address
     else:
         seq_k_start = tl.minimum(tl.maximum(tl.load(cu_seqlens_k_ptr + seq), 0), total_k)
         seq_k_cap = total_k - seq_k_start
@@ -418,7 +418,7 @@ def attention_fwd_kernel(
         b_q_f32 = b_q.to(tl.float32)
         q_amax = tl.max(tl.abs(b_q_f32), 1)  # [BM]
         q_row_scale = tl.where(q_amax > 0.0, tl.exp2(tl.ceil(tl.log2(tl.maximum(q_amax, 1e-30) / Q_MAX))), 1.0)
-        b_q = (b_q_f32 / q_row_scale[:, None]).to(QK_DTYPE)
+        b_q = (b_q_f32 * (1.0 / q_row_scale)[:, None]).to(QK_DTYPE)  # exact: a power of two
         score_scale = qk_scale * q_row_scale  # [BM]
     else:
         b_q = b_q.to(QK_DTYPE)
@@ -479,12 +479,12 @@ def attention_fwd_kernel(
         range_hi = mid_lo if part == 0 else (mid_hi if part == 1 else kv_hi)
         acc, l_i, m_i = _attend_kv_range(
             acc, l_i, m_i, b_q, score_scale, range_lo, range_hi, k_ptr, v_ptr, k_desc, v_desc, block_table_row,
-            bias_base, kv_head, seq_k_start, seq_k_len, block_size, num_blocks, q_idx, row_valid, head_of_row,
+            bias_base, kv_head, seq_k_start, seq_k_len, num_blocks, q_idx, row_valid, head_of_row,
             alibi_slope_log2, softcap, diagonal, window_left, window_right, bias_len_q, bias_len_k,
             stride_k_block, stride_k_tok, stride_k_head, stride_k_dim,
             stride_v_block, stride_v_tok, stride_v_head, stride_v_dim,
             stride_bias_head, stride_bias_q, stride_bias_k,
-            HEAD_DIM, HEAD_DIM_V, BLOCK_D, BLOCK_DV, BLOCK_N, part != 1, PAGED, USE_TMA, V_KEY_MAJOR, USE_WINDOW,
+            HEAD_DIM, HEAD_DIM_V, BLOCK_D, BLOCK_DV, BLOCK_N, part != 1, PAGED, PAGE_SIZE, USE_TMA, V_KEY_MAJOR, USE_WINDOW,
             HAS_SOFTCAP, HAS_ALIBI, HAS_BIAS, QK_DTYPE, PV_DTYPE, V_IS_FP8, P_SCALE, DOT_PRECISION,
         )  # fmt: skip
 
@@ -864,7 +864,6 @@ def _plan_launch(
         float(softcap),
         window_left if window_left >= 0 else unbounded,
         window_right if window_right >= 0 else unbounded,
-        block_size,
         bias_len_q,
         bias_len_k,
         q.stride(0), q.stride(1), q.stride(2),
@@ -892,6 +891,7 @@ def _plan_launch(
         BLOCK_M=config.block_m,
         BLOCK_N=config.block_n,
         PAGED=paged,
+        PAGE_SIZE=block_size,
         USE_TMA=use_tma,
         V_KEY_MAJOR=v_key_major,
         HAS_SEQUSED=seqused_k is not None,
