@@ -155,7 +155,13 @@ def cross_compile_specs(arch: str) -> list[dict[str, Any]]:
                                 sorted(attrs), launch.options))  # fmt: skip
                     specs.setdefault(
                         key,
-                        dict(name=name, fn=launch.fn, signature=signature, constexprs=constexprs, attrs=attrs,
-                             options=launch.options),
+                        dict(
+                            name=name,
+                            fn=launch.fn,
+                            signature=signature,
+                            constexprs=constexprs,
+                            attrs=attrs,
+                            options=launch.options,
+                        ),
                     )
     return list(specs.values())

@@ -484,8 +484,8 @@ def attention_fwd_kernel(
             stride_k_block, stride_k_tok, stride_k_head, stride_k_dim,
             stride_v_block, stride_v_tok, stride_v_head, stride_v_dim,
             stride_bias_head, stride_bias_q, stride_bias_k,
-            HEAD_DIM, HEAD_DIM_V, BLOCK_D, BLOCK_DV, BLOCK_N, part != 1, PAGED, PAGE_SIZE, USE_TMA, V_KEY_MAJOR, USE_WINDOW,
-            HAS_SOFTCAP, HAS_ALIBI, HAS_BIAS, QK_DTYPE, PV_DTYPE, V_IS_FP8, P_SCALE, DOT_PRECISION,
+            HEAD_DIM, HEAD_DIM_V, BLOCK_D, BLOCK_DV, BLOCK_N, part != 1, PAGED, PAGE_SIZE, USE_TMA, V_KEY_MAJOR,
+            USE_WINDOW, HAS_SOFTCAP, HAS_ALIBI, HAS_BIAS, QK_DTYPE, PV_DTYPE, V_IS_FP8, P_SCALE, DOT_PRECISION,
         )  # fmt: skip
 
     if HAS_SINK and not SPLIT_KV:
