@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 import tempfile
 import time
@@ -148,6 +149,8 @@ def main() -> int:
     )
     path = h.out_dir("latency", args.out) / f"latency_{'_'.join(kv_dtypes)}.json"
     path.write_text(json.dumps({"info": info, "workload": workload, "results": results, "table": table}, indent=1))
+    # the engines' own logs (vLLM's warnings, e.g. a Triton JIT compile during inference) next to the result
+    shutil.copytree(logs, path.with_suffix(".logs"), dirs_exist_ok=True)
     print(f"written {path}")
     return 0 if all("error" not in r for r in results) else 1
 

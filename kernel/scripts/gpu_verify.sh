@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # GPU verification in one command, for a GPU host with torch/triton but without nox: the kernel suite on the GPU,
 # a compute-sanitizer memcheck over a representative subset, and the side-by-side benchmark.
-#   bash kernel/scripts/gpu_verify.sh OUTDIR [bench args...]
+#   [PEER_PYTHONPATH=DIR [PEER_READY=FILE]] bash kernel/scripts/gpu_verify.sh OUTDIR [bench args...]
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 out="${1:?usage: gpu_verify.sh OUTDIR [bench args...]}"
@@ -26,4 +26,10 @@ compute-sanitizer --tool memcheck --error-exitcode 99 python3 -m pytest -p no:ca
 echo "memcheck exit: ${PIPESTATUS[0]}" | tee -a "$out/memcheck.log"
 
 echo "== benchmark"
+if [ -n "${PEER_PYTHONPATH:-}" ]; then
+  # FA3 and vLLM's unified attention as peers, from a vLLM install outside the checkout (perhaps still being
+  # installed by another call: PEER_READY names a file that exists once it is done)
+  for _ in $(seq 60); do [ -z "${PEER_READY:-}" ] || [ -e "$PEER_READY" ] && break; sleep 5; done
+  export PYTHONPATH="$PEER_PYTHONPATH:$PYTHONPATH"
+fi
 python3 -m tritonfa.bench --json "$out/bench.json" --png "$out/bench.png" "$@" 2>&1 | tee "$out/bench.log" | tail -n 45

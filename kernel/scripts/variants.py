@@ -21,15 +21,16 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-# name -> TRITONFA_CONFIG override (applied to every config the dispatcher picks in that run)
+# name -> TRITONFA_CONFIG override (applied to every config the dispatcher picks in that run); an "env" entry sets
+# environment variables for that run instead
 PREFILL_VARIANTS = {
     "default": {},
     "no-tma": {"tma": False},
     "bn128-s2": {"block_n": 128, "num_stages": 2},
-    "s2": {"num_stages": 2},
     "s4": {"num_stages": 4},
     "bm64-w4": {"block_m": 64, "num_warps": 4, "num_stages": 3},
     "fp8q-on": {"fp8_q_for_fp8_kv": True},
+    "v-row-major": {"env": {"TRITONFA_FP8_V_TRANSPOSE": "0"}},
 }
 DECODE_VARIANTS = {
     "default": {},
@@ -112,13 +113,17 @@ def main(argv: list[str] | None = None) -> int:
                 for label, cfg in variants.items()
                 if (not wanted or label in wanted)
                 and ("fp8_q_for_fp8_kv" not in cfg or (workload.fp8_kv and not workload.fp8_q))
+                and ("env" not in cfg or workload.fp8_kv)
             ]
             for impl, label, cfg in runs:
+                env = dict((cfg or {}).get("env", {}))
                 if cfg is not None:
-                    os.environ["TRITONFA_CONFIG"] = json.dumps(cfg)
+                    env["TRITONFA_CONFIG"] = json.dumps({k: v for k, v in cfg.items() if k != "env"})
+                os.environ.update(env)
                 start = time.perf_counter()
                 row = run_impl(impl, case, check, FULL_REPS)
-                os.environ.pop("TRITONFA_CONFIG", None)
+                for key in env:
+                    os.environ.pop(key, None)
                 record = dict(
                     plan=plan, workload=name, impl=impl, variant=label, config=cfg, status=row.status, ms=row.ms,
                     tflops=row.tflops, gbps=row.gbps, error=row.error, reason=row.reason,

@@ -45,12 +45,39 @@ def test_hopper_tensor_descriptor_path(monkeypatch, use_seqused_k):
     check_against_reference(inputs, atol, rtol, causal=True)
 
 
+@pytest.mark.skipif(ON_GPU and torch.cuda.get_device_capability()[0] != 9, reason="forces Hopper's code path")
+@pytest.mark.parametrize("block_size", [64, 128])
+@pytest.mark.parametrize("kv_layout", ["paged", "paged_kv_interleaved"])
+def test_hopper_paged_descriptor_path(monkeypatch, block_size, kv_layout):
+    """Paged prefill through descriptors when a page holds whole key blocks: one block id per step. The unused
+    slots of every page are NaN, so reading past a sequence's end in its last page must be masked (K and V)."""
+    monkeypatch.setenv("TRITONFA_ARCH", "hopper")
+    seqlens_q = [scaled(70, 700), scaled(17, 300), scaled(130, 1000)]
+    seqlens_k = [n + extra for n, extra in zip(seqlens_q, (0, 45, 3))]
+    inputs = make_inputs(seqlens_q, seqlens_k, num_heads=(8, 2), head_size=64, kv_layout=kv_layout,
+                         block_size=block_size)  # fmt: skip
+    [prefill, decode] = _plan(inputs, "hopper")
+    assert prefill.constexprs["USE_TMA"] and prefill.constexprs["PAGED"]
+    assert not decode.constexprs["USE_TMA"], "decode tiles keep pointer loads"
+    atol, rtol = TOLERANCES[torch.bfloat16]
+    check_against_reference(inputs, atol, rtol, causal=True)
+    check_against_reference(inputs, atol, rtol, causal=True, window_size=(40, 0))
+
+
 def test_descriptors_only_where_they_are_exact():
     """Padded head sizes and paged caches keep pointer loads (a padded 2-D descriptor would read the next head)."""
     padded = make_inputs([40], [40], num_heads=(4, 2), head_size=96)
     paged = make_inputs([40], [40], num_heads=(4, 2), head_size=64, kv_layout="paged")
     assert not _plan(padded, "hopper")[0].constexprs["USE_TMA"]
-    assert not _plan(paged, "hopper")[0].constexprs["USE_TMA"]
+    assert not _plan(paged, "hopper")[0].constexprs["USE_TMA"], "16-key pages are smaller than a key block"
+    big_pages = make_inputs([40], [40], num_heads=(4, 2), head_size=64, kv_layout="paged", block_size=64)
+    assert _plan(big_pages, "hopper")[0].constexprs["USE_TMA"]
+    interleaved = make_inputs([40], [40], num_heads=(4, 2), head_size=64, kv_layout="paged_kv_interleaved",
+                              block_size=64)  # fmt: skip
+    assert _plan(interleaved, "hopper")[0].constexprs["USE_TMA"], "vLLM's [blocks, 2, page, Hk, D] cache"
+    heads_major = make_inputs([40], [40], num_heads=(4, 2), head_size=64, kv_layout="paged_heads_major",
+                              block_size=64)  # fmt: skip
+    assert not _plan(heads_major, "hopper")[0].constexprs["USE_TMA"], "a key's heads are not one row"
     assert not _plan(make_inputs([40], [40], num_heads=(4, 2), head_size=64), "cdna3")[0].constexprs["USE_TMA"]
 
 

@@ -65,7 +65,9 @@ def _signature(launch: KernelLaunch) -> tuple[dict[str, str], dict[str, Any], di
     return signature, constexprs, attrs
 
 
-def _meta_inputs(arch: str, q_dtype, kv_dtype, head_dim: int, paged: bool, decode: bool, features: bool) -> dict:
+def _meta_inputs(
+    arch: str, q_dtype, kv_dtype, head_dim: int, paged: bool, decode: bool, features: bool, page_size: int = 16
+) -> dict:
     """flash_attn_varlen_func-like arguments on the meta device (no memory): 4 sequences, 16 q / 4 kv heads."""
     meta = dict(device="meta")
     num_seqs, hq, hk = 4, 16, 4
@@ -73,8 +75,8 @@ def _meta_inputs(arch: str, q_dtype, kv_dtype, head_dim: int, paged: bool, decod
     total_q, total_k = num_seqs * seqlen_q, num_seqs * 512
     q = torch.empty((total_q, hq, head_dim), dtype=q_dtype, **meta)
     if paged:
-        k = torch.empty((total_k // 16, 16, hk, head_dim), dtype=kv_dtype, **meta)
-        block_table = torch.empty((num_seqs, 32), dtype=torch.int32, **meta)
+        k = torch.empty((total_k // page_size, page_size, hk, head_dim), dtype=kv_dtype, **meta)
+        block_table = torch.empty((num_seqs, 512 // page_size), dtype=torch.int32, **meta)
     else:
         k = torch.empty((total_k, hk, head_dim), dtype=kv_dtype, **meta)
         block_table = None
@@ -105,6 +107,7 @@ def _variants(arch: str) -> list[dict]:
     return [
         dict(q_dtype=bf16, kv_dtype=bf16, paged=False, features=False),
         dict(q_dtype=bf16, kv_dtype=bf16, paged=True, features=True),
+        dict(q_dtype=bf16, kv_dtype=bf16, paged=True, features=False, page_size=64),  # Hopper: pages through TMA
         dict(q_dtype=bf16, kv_dtype=fp8, paged=True, features=False),
         dict(q_dtype=bf16, kv_dtype=fp8, paged=False, features=False),
         dict(q_dtype=fp8, kv_dtype=fp8, paged=False, features=False),
@@ -144,6 +147,7 @@ def cross_compile_specs(arch: str) -> list[dict[str, Any]]:
                                 "BLOCK_DV",
                                 "HAS_OUT_SCALE",
                                 "SCALE_Q",
+                                "PAGE_SIZE",
                             )
                         )  # fmt: skip
                         + f" w{launch.options['num_warps']} s{launch.options['num_stages']}]"

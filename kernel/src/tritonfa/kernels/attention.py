@@ -129,7 +129,7 @@ def _attend_kv_range(
         fold = score_scale * LOG2E
     # Prefill tiles fetch block ids one iteration ahead, so a step's K/V addresses never wait on a load of that step
     # (H200: paged prefill 1.26 -> 1.11 ms); decode tiles, short of registers, lose 70% with it and load in the step.
-    PREFETCH_BLOCK_IDS: tl.constexpr = PAGED and q.shape[0] >= 64
+    PREFETCH_BLOCK_IDS: tl.constexpr = PAGED and not USE_TMA and q.shape[0] >= 64
     if PREFETCH_BLOCK_IDS:
         i_k_first = kv_start + tl.arange(0, BLOCK_N)
         i_block_next = tl.load(block_table_ptr + i_k_first // PAGE_SIZE, mask=i_k_first < seq_k_len, other=0)
@@ -140,9 +140,21 @@ def _attend_kv_range(
             i_block = i_block_next
             i_k_ahead = i_k + BLOCK_N
             i_block_next = tl.load(block_table_ptr + i_k_ahead // PAGE_SIZE, mask=i_k_ahead < seq_k_len, other=0)
-        elif PAGED:
+        elif PAGED and not USE_TMA:
             i_block = tl.load(block_table_ptr + i_k // PAGE_SIZE, mask=m_k, other=0)
-        if PAGED:
+        if USE_TMA:
+            if PAGED:
+                # A page holds whole key blocks (PAGE_SIZE % BLOCK_N == 0): one block id per step. The descriptors
+                # view the cache as rows of Hk * D; a page starts every stride_block / stride_tok rows (more than
+                # PAGE_SIZE when K and V of a block sit side by side).
+                i_page = tl.load(block_table_ptr + start // PAGE_SIZE)
+                i_page = tl.minimum(tl.maximum(i_page, 0), num_blocks - 1)
+                i_k_tma_row = i_page * (stride_k_block // stride_k_tok) + start % PAGE_SIZE
+                i_v_tma_row = i_page * (stride_v_block // stride_v_tok) + start % PAGE_SIZE
+            else:
+                i_k_tma_row = seq_k_start + start
+                i_v_tma_row = i_k_tma_row
+        elif PAGED:
             # An out-of-range block id (a scheduler bug) must not make the kernel read outside the cache.
             i_block = tl.minimum(tl.maximum(i_block, 0), num_blocks - 1).to(tl.int64)
             i_in_block = (i_k % PAGE_SIZE).to(tl.int64)
@@ -153,8 +165,9 @@ def _attend_kv_range(
             o_k_row = i_row * stride_k_tok
             o_v_row = i_row * stride_v_tok
         if USE_TMA:
-            # Tensor descriptors (TMA on Hopper): rows past the tensor read as 0; rows of the next sequence are masked.
-            b_k = k_desc.load([seq_k_start + start, kv_head * HEAD_DIM]).T  # [BD, BN]
+            # Tensor descriptors (TMA on Hopper): rows past the tensor read as 0; rows of the next sequence or past
+            # the sequence's end in its last page are masked.
+            b_k = k_desc.load([i_k_tma_row, kv_head * HEAD_DIM]).T  # [BD, BN]
         else:
             p_k = k_ptr + kv_head * stride_k_head + o_k_row[None, :] + o_d[:, None] * stride_k_dim  # [BD, BN]
             if MASKED:
@@ -166,7 +179,7 @@ def _attend_kv_range(
         # Key-major V (fp8 on Hopper) keeps pointer loads: a descriptor's inner offset (here a key) must be
         # 16-byte aligned, and sequences start anywhere.
         if USE_TMA and not V_KEY_MAJOR:
-            b_v = v_desc.load([seq_k_start + start, kv_head * HEAD_DIM_V])  # [BN, BDV]
+            b_v = v_desc.load([i_v_tma_row, kv_head * HEAD_DIM_V])  # [BN, BDV]
             if MASKED:
                 b_v = tl.where(m_k[:, None], b_v, 0.0)  # 0 * (a NaN of the next sequence) would be NaN
         else:
@@ -954,31 +967,44 @@ def _plan_launch(
 
 
 def _tensor_descriptors(config, arch, k, v, v_storage, paged, block_n, block_d, block_dv):
-    """(k, v) tensor descriptors (TMA on Hopper) for contiguous KV, or (None, None) where the pointer path is used.
+    """(k, v) tensor descriptors (TMA on Hopper), or (None, None) where the pointer path is used.
 
     K and V are described as 2-D [total_k, Hk * D] so one descriptor serves every head; that needs the head size
-    to be a power of two (a padded tile would read the next head's columns) and 16-byte aligned rows.
+    to be a power of two (a padded tile would read the next head's columns) and 16-byte aligned rows. A paged cache
+    qualifies when its pages hold whole key blocks (block size a multiple of BLOCK_N) and are dense.
     """
-    if not config.tma or paged or arch not in ("hopper", "blackwell", "interpreter") or k.shape[0] == 0:
+    if not config.tma or arch not in ("hopper", "blackwell", "interpreter") or k.shape[0] == 0:
         return None, None
-    total_k, num_kv_heads, head_dim = k.shape
+    num_kv_heads, head_dim = k.shape[-2:]
     head_dim_v = v.shape[-1]
     if head_dim != block_d or head_dim_v != block_dv:
         return None, None
+    row_dim = 1 if paged else 0  # the dimension that steps one key
+
+    def rows(t: torch.Tensor) -> int:
+        """Rows of Hk * D from t's first key to its last: a paged cache [num_blocks, page, Hk, D] whose block stride
+        is a whole number of rows (K and V of a block may sit side by side) is such a run of rows."""
+        if not paged:
+            return t.shape[0]
+        rows_per_block = t.stride(0) // t.stride(1)
+        return (t.shape[0] - 1) * rows_per_block + t.shape[1]
 
     def rows_ok(t: torch.Tensor) -> bool:
         return (
             t.stride(-1) == 1
             and t.stride(-2) == t.shape[-1]
-            and (t.stride(0) * t.element_size()) % 16 == 0
+            and (t.stride(row_dim) * t.element_size()) % 16 == 0
             and t.data_ptr() % 16 == 0
+            and (not paged or (t.stride(0) % t.stride(1) == 0 and t.stride(0) >= t.shape[1] * t.stride(1)))
+            and rows(t) < 2**31
         )
 
-    if not rows_ok(k) or (v_storage is None and not rows_ok(v)):
+    # A key block must never straddle two pages: the page holds whole key blocks.
+    if (paged and k.shape[1] % block_n) or not rows_ok(k) or (v_storage is None and not rows_ok(v)):
         return None, None
-    k_desc = TensorDescriptor(k, [total_k, num_kv_heads * head_dim], [k.stride(0), 1], [block_n, block_d])
+    k_desc = TensorDescriptor(k, [rows(k), num_kv_heads * head_dim], [k.stride(row_dim), 1], [block_n, block_d])
     if v_storage is None:
-        v_desc = TensorDescriptor(v, [total_k, num_kv_heads * head_dim_v], [v.stride(0), 1], [block_n, block_dv])
+        v_desc = TensorDescriptor(v, [rows(v), num_kv_heads * head_dim_v], [v.stride(row_dim), 1], [block_n, block_dv])
     else:
         v_desc = k_desc  # key-major V is read through pointers (see _attend_kv_range); never dereferenced
     return k_desc, v_desc
