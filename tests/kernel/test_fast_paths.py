@@ -64,6 +64,19 @@ def test_hopper_paged_descriptor_path(monkeypatch, block_size, kv_layout):
     check_against_reference(inputs, atol, rtol, causal=True, window_size=(40, 0))
 
 
+@pytest.mark.skipif(ON_GPU and torch.cuda.get_device_capability()[0] != 9, reason="forces Hopper's code path")
+@pytest.mark.parametrize("q_dtype", [torch.bfloat16, torch.float8_e4m3fn])
+def test_hopper_fp8_prefill_descriptor_k_with_key_major_v(monkeypatch, q_dtype):
+    """fp8 V on Hopper is copied key-major and read through pointers while K comes through a descriptor."""
+    monkeypatch.setenv("TRITONFA_ARCH", "hopper")
+    seqlens = [scaled(70, 700), scaled(17, 300), scaled(130, 1000)]
+    inputs = make_inputs(seqlens, seqlens, num_heads=(8, 2), head_size=64, dtype=q_dtype,
+                         kv_dtype=torch.float8_e4m3fn)  # fmt: skip
+    [prefill, _] = _plan(inputs, "hopper")
+    assert prefill.constexprs["USE_TMA"] and prefill.constexprs["V_KEY_MAJOR"]
+    check_low_precision(inputs, causal=True)
+
+
 def test_descriptors_only_where_they_are_exact():
     """Padded head sizes and paged caches keep pointer loads (a padded 2-D descriptor would read the next head)."""
     padded = make_inputs([40], [40], num_heads=(4, 2), head_size=96)

@@ -154,13 +154,14 @@ def _attend_kv_range(
             else:
                 i_k_tma_row = seq_k_start + start
                 i_v_tma_row = i_k_tma_row
-        elif PAGED:
+        if PAGED and not USE_TMA:
             # An out-of-range block id (a scheduler bug) must not make the kernel read outside the cache.
             i_block = tl.minimum(tl.maximum(i_block, 0), num_blocks - 1).to(tl.int64)
             i_in_block = (i_k % PAGE_SIZE).to(tl.int64)
             o_k_row = i_block * stride_k_block + i_in_block * stride_k_tok
             o_v_row = i_block * stride_v_block + i_in_block * stride_v_tok
-        else:
+        elif not PAGED:
+            # (also with descriptors: key-major V is read through pointers)
             i_row = (seq_k_start + i_k).to(tl.int64)
             o_k_row = i_row * stride_k_tok
             o_v_row = i_row * stride_v_tok
