@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# The vLLM part of a GPU session, in the background, after the kernel part (kernel/scripts/gpu_session.sh):
-# ALiBi against float64 in the engine, host time per call, then the seed's latency benchmark (CUSTOM vs FLASH_ATTN,
-# bf16 and fp8 KV cache). Each step writes into RESULTS_DIR as soon as it ends, so a session cut short keeps the
-# steps that finished.
+# The vLLM part of a GPU session, in the background, after the kernel part (kernel/scripts/gpu_session.sh): the
+# seed's latency benchmark (CUSTOM vs FLASH_ATTN, bf16 KV cache), ALiBi against float64 in the engine, the latency
+# benchmark with an fp8 KV cache, host time per call. Each step writes into RESULTS_DIR as soon as it ends, so a
+# session cut short keeps the steps that finished.
 #   setsid nohup bash integration/scripts/gpu_session.sh RESULTS_DIR [READY_FILE] > /dev/null 2>&1 &
 # READY_FILE (optional): wait until it exists (vLLM still being installed) before the first engine starts.
 set -uo pipefail
@@ -16,16 +16,22 @@ export PYTHONUNBUFFERED=1
     for _ in $(seq 120); do [ -e "$ready" ] && break; sleep 5; done
   fi
   python3 -c "import vllm; print('vllm', vllm.__version__)" || { echo "no vLLM: stopping"; exit 1; }
-  echo "== e2e alibi $(date -u +%T)"
-  timeout 600 python3 integration/scripts/e2e_check.py --suite alibi --out "$out" 2>&1 | tail -n 40
-  echo "== hostcost $(date -u +%T)"
-  timeout 300 python3 integration/scripts/hostcost.py --out "$out" 2>&1 | tail -n 30
-  for kv in auto fp8; do
-    echo "== latency $kv $(date -u +%T)"
-    timeout 600 python3 integration/scripts/latency.py --backends CUSTOM,FLASH_ATTN --kv-cache-dtypes "$kv" \
-      --out "$out" 2>&1 | tee "$out/latency_$kv.log" | tail -n 20
-    echo "JIT compilations during inference (vLLM's warning) in the engines' logs:"
-    grep -c "JIT compilation during inference" "$out/latency_$kv.logs"/*.log
+  # the end-to-end number first: a session cut short still has it
+  for kv in auto alibi fp8 hostcost; do
+    case "$kv" in
+      alibi)
+        echo "== e2e alibi $(date -u +%T)"
+        timeout 600 python3 integration/scripts/e2e_check.py --suite alibi --out "$out" 2>&1 | tail -n 40 ;;
+      hostcost)
+        echo "== hostcost $(date -u +%T)"
+        timeout 300 python3 integration/scripts/hostcost.py --out "$out" 2>&1 | tail -n 30 ;;
+      *)
+        echo "== latency $kv $(date -u +%T)"
+        timeout 600 python3 integration/scripts/latency.py --backends CUSTOM,FLASH_ATTN --kv-cache-dtypes "$kv" \
+          --out "$out" 2>&1 | tee "$out/latency_$kv.log" | tail -n 20
+        echo "JIT compilations during inference (vLLM's warning) in the engines' logs:"
+        grep -c "JIT compilation during inference" "$out/latency_$kv.logs"/*.log ;;
+    esac
   done
   echo "== done $(date -u +%T)"
 } > "$out/vllm_session.log" 2>&1
