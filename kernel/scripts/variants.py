@@ -31,6 +31,7 @@ PREFILL_VARIANTS = {
     "bm64-w4": {"block_m": 64, "num_warps": 4, "num_stages": 3},
     "fp8q-on": {"fp8_q_for_fp8_kv": True},
     "v-row-major": {"env": {"TRITONFA_FP8_V_TRANSPOSE": "0"}},
+    "v-tma": {"tma_key_major_v": True},
 }
 DECODE_VARIANTS = {
     "default": {},
@@ -113,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
                 for label, cfg in variants.items()
                 if (not wanted or label in wanted)
                 and ("fp8_q_for_fp8_kv" not in cfg or (workload.fp8_kv and not workload.fp8_q))
-                and ("env" not in cfg or workload.fp8_kv)
+                and (("env" not in cfg and "tma_key_major_v" not in cfg) or workload.fp8_kv)
             ]
             for impl, label, cfg in runs:
                 env = dict((cfg or {}).get("env", {}))

@@ -66,15 +66,20 @@ def test_hopper_paged_descriptor_path(monkeypatch, block_size, kv_layout):
 
 @pytest.mark.skipif(ON_GPU and torch.cuda.get_device_capability()[0] != 9, reason="forces Hopper's code path")
 @pytest.mark.parametrize("q_dtype", [torch.bfloat16, torch.float8_e4m3fn])
-def test_hopper_fp8_prefill_descriptor_k_with_key_major_v(monkeypatch, q_dtype):
-    """fp8 V on Hopper is copied key-major and read through pointers while K comes through a descriptor."""
+@pytest.mark.parametrize("v_descriptor", [False, True])
+def test_hopper_fp8_prefill_descriptor_k_with_key_major_v(monkeypatch, q_dtype, v_descriptor):
+    """fp8 V on Hopper is copied key-major and read through pointers, or (opt-in) through a descriptor of the copy
+    whose tiles start at any key (sequences of odd lengths), while K comes through a descriptor."""
     monkeypatch.setenv("TRITONFA_ARCH", "hopper")
-    seqlens = [scaled(70, 700), scaled(17, 300), scaled(130, 1000)]
+    monkeypatch.setenv("TRITONFA_CONFIG", f'{{"tma_key_major_v": {str(v_descriptor).lower()}}}')
+    seqlens = [scaled(70, 700), scaled(17, 301), scaled(130, 1000)]
     inputs = make_inputs(seqlens, seqlens, num_heads=(8, 2), head_size=64, dtype=q_dtype,
                          kv_dtype=torch.float8_e4m3fn)  # fmt: skip
     [prefill, _] = _plan(inputs, "hopper")
     assert prefill.constexprs["USE_TMA"] and prefill.constexprs["V_KEY_MAJOR"]
+    assert prefill.constexprs["V_TMA"] == v_descriptor
     check_low_precision(inputs, causal=True)
+    check_low_precision(inputs, causal=False, window_size=(37, 21))  # both block edges inside a sequence
 
 
 def test_descriptors_only_where_they_are_exact():

@@ -35,6 +35,7 @@ class AttentionConfig:
     waves_per_eu: int = 0  # AMD only: occupancy hint, 0 = compiler default
     tma: bool = False  # contiguous K/V through tensor descriptors (Hopper's TMA) instead of pointer loads
     fp8_q_for_fp8_kv: bool = False  # opt-in: a 16-bit q with an fp8 KV cache is rounded to fp8 (per-row scale)
+    tma_key_major_v: bool = False  # with tma: fp8 V's key-major copy through a descriptor too (unmeasured: opt-in)
 
     def launch_options(self, arch: str) -> dict:
         options = {"num_warps": self.num_warps, "num_stages": self.num_stages}

@@ -106,6 +106,7 @@ def _attend_kv_range(
     PAGE_SIZE: tl.constexpr,
     USE_TMA: tl.constexpr,
     V_KEY_MAJOR: tl.constexpr,
+    V_TMA: tl.constexpr,
     USE_WINDOW: tl.constexpr,
     HAS_SOFTCAP: tl.constexpr,
     HAS_ALIBI: tl.constexpr,
@@ -136,6 +137,8 @@ def _attend_kv_range(
     for start in range(kv_start, kv_end, BLOCK_N):
         i_k = start + tl.arange(0, BLOCK_N)  # [BN] key positions within the sequence
         m_k = i_k < seq_k_len
+        if V_TMA and V_KEY_MAJOR:
+            m_k = m_k & (i_k >= 0)  # the key grid starts up to 15 keys before the sequence (see the kernel)
         if PREFETCH_BLOCK_IDS:
             i_block = i_block_next
             i_k_ahead = i_k + BLOCK_N
@@ -177,10 +180,12 @@ def _attend_kv_range(
                 b_k = tl.load(p_k)  # interior blocks: every key exists
             else:
                 b_k = tl.load(p_k, mask=m_d[:, None], other=0.0)  # head dims padded to a power of two
-        # Key-major V (fp8 on Hopper) keeps pointer loads: a descriptor's inner offset (here a key) must be
-        # 16-byte aligned, and sequences start anywhere.
-        if USE_TMA and not V_KEY_MAJOR:
-            b_v = v_desc.load([i_v_tma_row, kv_head * HEAD_DIM_V])  # [BN, BDV]
+        if V_TMA:
+            if V_KEY_MAJOR:
+                # key-major storage [Hk * Dv, keys]: the transposed view is the K-major operand fp8 wgmma reads
+                b_v = v_desc.load([kv_head * HEAD_DIM_V, i_v_tma_row]).T  # [BN, BDV]
+            else:
+                b_v = v_desc.load([i_v_tma_row, kv_head * HEAD_DIM_V])  # [BN, BDV]
             if MASKED:
                 b_v = tl.where(m_k[:, None], b_v, 0.0)  # 0 * (a NaN of the next sequence) would be NaN
         else:
@@ -267,7 +272,7 @@ def attention_fwd_kernel(
     k_ptr,  # [total_k, Hk, D] or paged [num_blocks, block_size, Hk, D]
     v_ptr,  # [total_k, Hk, Dv] or paged [num_blocks, block_size, Hk, Dv]
     k_desc,  # USE_TMA: descriptor of k as [total_k, Hk * D], blocks [BN, BD]; else unused
-    v_desc,  # USE_TMA and not V_KEY_MAJOR: v as [total_k, Hk * Dv], blocks [BN, BDV]
+    v_desc,  # V_TMA: v as [total_k, Hk * Dv], blocks [BN, BDV]; key-major: [Hk * Dv, keys], blocks [BDV, BN]
     out_ptr,  # [total_q, Hq, Dv]
     lse_ptr,  # [Hq, total_q] fp32
     cu_seqlens_q_ptr,  # [batch + 1] int32
@@ -340,6 +345,7 @@ def attention_fwd_kernel(
     # division (a runtime block size put 74-175 integer divisions into each loop; one compile per cache layout)
     USE_TMA: tl.constexpr,
     V_KEY_MAJOR: tl.constexpr,
+    V_TMA: tl.constexpr,  # V through v_desc too (with V_KEY_MAJOR: a descriptor of the key-major copy)
     HAS_SEQUSED: tl.constexpr,
     USE_WINDOW: tl.constexpr,
     HAS_SOFTCAP: tl.constexpr,
@@ -450,20 +456,26 @@ def attention_fwd_kernel(
     diagonal = seq_k_len - seq_q_len  # bottom-right alignment: query i lines up with key i + diagonal
     q_first = q_tile_start
     q_last = tl.minimum(q_tile_start + TOKENS_PER_TILE, seq_q_len) - 1
+    # Key blocks start at key_origin + j * BLOCK_N. A descriptor of key-major V needs each tile's first key
+    # 16-byte aligned in memory, so there the grid starts up to 15 keys early (masked); elsewhere at key 0.
+    if V_TMA and V_KEY_MAJOR:
+        key_origin = -(seq_k_start % 16)
+    else:
+        key_origin = 0
     if USE_WINDOW:
         kv_lo = tl.maximum(q_first + diagonal - window_left, 0)
-        kv_lo = (kv_lo // BLOCK_N) * BLOCK_N
         kv_hi = tl.minimum(q_last + diagonal + window_right + 1, seq_k_len)
         # Blocks in [full_lo, full_hi) are visible to every row of the tile.
         full_lo = tl.maximum(q_last + diagonal - window_left, 0)
-        full_lo = ((full_lo + BLOCK_N - 1) // BLOCK_N) * BLOCK_N
         full_hi = tl.minimum(q_first + diagonal + window_right + 1, seq_k_len)
-        full_hi = (full_hi // BLOCK_N) * BLOCK_N
     else:
         kv_lo = 0
         kv_hi = seq_k_len
         full_lo = 0
-        full_hi = (seq_k_len // BLOCK_N) * BLOCK_N
+        full_hi = seq_k_len
+    kv_lo = key_origin + ((kv_lo - key_origin) // BLOCK_N) * BLOCK_N  # down to a block start
+    full_lo = key_origin + tl.cdiv(full_lo - key_origin, BLOCK_N) * BLOCK_N  # up
+    full_hi = key_origin + ((full_hi - key_origin) // BLOCK_N) * BLOCK_N  # down
     kv_hi = tl.maximum(kv_hi, kv_lo)
     if SPLIT_KV:
         # The split count is sized on the device from this sequence's real KV range: under CUDA graphs the grid
@@ -499,7 +511,7 @@ def attention_fwd_kernel(
             stride_v_block, stride_v_tok, stride_v_head, stride_v_dim,
             stride_bias_head, stride_bias_q, stride_bias_k,
             HEAD_DIM, HEAD_DIM_V, BLOCK_D, BLOCK_DV, BLOCK_N, part != 1, PAGED, PAGE_SIZE, USE_TMA, V_KEY_MAJOR,
-            USE_WINDOW, HAS_SOFTCAP, HAS_ALIBI, HAS_BIAS, QK_DTYPE, PV_DTYPE, V_IS_FP8, P_SCALE, DOT_PRECISION,
+            V_TMA, USE_WINDOW, HAS_SOFTCAP, HAS_ALIBI, HAS_BIAS, QK_DTYPE, PV_DTYPE, V_IS_FP8, P_SCALE, DOT_PRECISION,
         )  # fmt: skip
 
     if HAS_SINK and not SPLIT_KV:
@@ -832,8 +844,11 @@ def _plan_launch(
         v = v_storage[:, :, : v.shape[0]].permute(2, 0, 1)  # the same [total_k, Hk, Dv] tensor, keys contiguous
     k_desc, v_desc = _tensor_descriptors(config, arch, k, v, v_storage, paged, config.block_n, block_d, block_dv)
     use_tma = k_desc is not None
+    v_tma = v_desc is not None
     if not use_tma:
-        k_desc, v_desc = k, v  # never dereferenced (USE_TMA is off)
+        k_desc = k  # never dereferenced (USE_TMA is off)
+    if not v_tma:
+        v_desc = v  # never dereferenced (V_TMA is off)
     if paged:
         k_strides = (k.stride(0), k.stride(1), k.stride(2), k.stride(3))
         v_strides = (v.stride(0), v.stride(1), v.stride(2), v.stride(3))
@@ -908,6 +923,7 @@ def _plan_launch(
         PAGE_SIZE=block_size,
         USE_TMA=use_tma,
         V_KEY_MAJOR=v_key_major,
+        V_TMA=v_tma,
         HAS_SEQUSED=seqused_k is not None,
         USE_WINDOW=window_left >= 0 or window_right >= 0,
         HAS_SOFTCAP=softcap > 0.0,
@@ -968,7 +984,7 @@ def _plan_launch(
 
 
 def _tensor_descriptors(config, arch, k, v, v_storage, paged, block_n, block_d, block_dv):
-    """(k, v) tensor descriptors (TMA on Hopper), or (None, None) where the pointer path is used.
+    """(k, v) tensor descriptors (TMA on Hopper), None for each read through pointers.
 
     K and V are described as 2-D [total_k, Hk * D] so one descriptor serves every head; that needs the head size
     to be a power of two (a padded tile would read the next head's columns) and 16-byte aligned rows. A paged cache
@@ -1006,8 +1022,13 @@ def _tensor_descriptors(config, arch, k, v, v_storage, paged, block_n, block_d, 
     k_desc = TensorDescriptor(k, [rows(k), num_kv_heads * head_dim], [k.stride(row_dim), 1], [block_n, block_d])
     if v_storage is None:
         v_desc = TensorDescriptor(v, [rows(v), num_kv_heads * head_dim_v], [v.stride(row_dim), 1], [block_n, block_dv])
+    elif config.tma_key_major_v:
+        # storage [Hk, Dv, keys padded to 16] as [Hk * Dv, keys]: a tile's first key is any key (sequences start
+        # anywhere), which a descriptor allows and a 16-byte cp.async does not (pointer loads of it are not pipelined)
+        heads_dims, padded = num_kv_heads * head_dim_v, v_storage.shape[-1]
+        v_desc = TensorDescriptor(v_storage, [heads_dims, padded], [padded, 1], [block_dv, block_n])
     else:
-        v_desc = k_desc  # key-major V is read through pointers (see _attend_kv_range); never dereferenced
+        v_desc = None  # key-major V through pointers
     return k_desc, v_desc
 
 
