@@ -32,6 +32,7 @@ PREFILL_VARIANTS = {
     "fp8q-on": {"fp8_q_for_fp8_kv": True},
     "v-row-major": {"env": {"TRITONFA_FP8_V_TRANSPOSE": "0"}},
     "v-tma": {"tma_key_major_v": True},
+    "k-rows": {"k_rows": True},
 }
 DECODE_VARIANTS = {
     "default": {},
@@ -41,6 +42,7 @@ DECODE_VARIANTS = {
     "bm64-bn64-s3": {"block_m": 64, "block_n": 64, "num_stages": 3},
     "w8": {"num_warps": 8},
     "fp8q-on": {"fp8_q_for_fp8_kv": True},
+    "k-rows": {"k_rows": True},
 }
 PLANS = {
     "prefill": (

@@ -13,6 +13,8 @@ from attn_testing import (
     scaled,
 )
 
+from tritonfa.kernels import attention
+
 BF16_TOL = TOLERANCES[torch.bfloat16]
 
 
@@ -25,6 +27,22 @@ def test_block_sizes_and_layouts(block_size, kv_layout, causal):
     inputs = make_inputs(seqlens_q, seqlens_k, num_heads=(4, 2), head_size=64, kv_layout=kv_layout,
                          block_size=block_size)  # fmt: skip
     check_against_reference(inputs, *BF16_TOL, causal=causal)
+
+
+@pytest.mark.parametrize("kv_layout", ["paged", "paged_kv_interleaved"])
+def test_64_bit_cache_offsets(monkeypatch, kv_layout):
+    """Caches past 2^31 elements per view take 64-bit address math (the 32-bit variant is the default): forced
+    here by lowering the limit, prefill and decode rows in one call."""
+    monkeypatch.setattr(attention, "CACHE_OFFSETS_32_LIMIT", 0)
+    inputs = make_inputs([17, 1, 40], [scaled(63, 700), scaled(129, 900), 40], num_heads=(4, 2), head_size=64,
+                         kv_layout=kv_layout, block_size=16)  # fmt: skip
+    launches = attention.plan_attention(
+        inputs.q, inputs.k, inputs.v, torch.empty_like(inputs.q), None, inputs.cu_seqlens_q, None, inputs.seqused_k,
+        inputs.block_table, None, None, None, None, None, None, None, inputs.max_seqlen_q, inputs.max_seqlen_k,
+        0.125, -1, 0, 0.0,
+    )  # fmt: skip
+    assert not any(launch.constexprs["CACHE_OFFSETS_32"] for launch in launches)
+    check_against_reference(inputs, *BF16_TOL, causal=True)
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])

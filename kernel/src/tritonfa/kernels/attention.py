@@ -104,9 +104,11 @@ def _attend_kv_range(
     MASKED: tl.constexpr,
     PAGED: tl.constexpr,
     PAGE_SIZE: tl.constexpr,
+    CACHE_OFFSETS_32: tl.constexpr,
     USE_TMA: tl.constexpr,
     V_KEY_MAJOR: tl.constexpr,
     V_TMA: tl.constexpr,
+    K_ROWS: tl.constexpr,
     USE_WINDOW: tl.constexpr,
     HAS_SOFTCAP: tl.constexpr,
     HAS_ALIBI: tl.constexpr,
@@ -159,8 +161,11 @@ def _attend_kv_range(
                 i_v_tma_row = i_k_tma_row
         if PAGED and not USE_TMA:
             # An out-of-range block id (a scheduler bug) must not make the kernel read outside the cache.
-            i_block = tl.minimum(tl.maximum(i_block, 0), num_blocks - 1).to(tl.int64)
-            i_in_block = (i_k % PAGE_SIZE).to(tl.int64)
+            i_block = tl.minimum(tl.maximum(i_block, 0), num_blocks - 1)
+            i_in_block = i_k % PAGE_SIZE
+            if not CACHE_OFFSETS_32:
+                i_block = i_block.to(tl.int64)
+                i_in_block = i_in_block.to(tl.int64)
             o_k_row = i_block * stride_k_block + i_in_block * stride_k_tok
             o_v_row = i_block * stride_v_block + i_in_block * stride_v_tok
         elif not PAGED:
@@ -172,6 +177,16 @@ def _attend_kv_range(
             # Tensor descriptors (TMA on Hopper): rows past the tensor read as 0; rows of the next sequence or past
             # the sequence's end in its last page are masked.
             b_k = k_desc.load([i_k_tma_row, kv_head * HEAD_DIM]).T  # [BD, BN]
+        elif K_ROWS:
+            # K read like V, [BN, BD] (key offsets in the same layout as V's, computed once), transposed in shared
+            # memory for the dot
+            p_k = k_ptr + kv_head * stride_k_head + o_k_row[:, None] + o_d[None, :] * stride_k_dim  # [BN, BD]
+            if MASKED:
+                b_k = tl.load(p_k, mask=m_k[:, None] & m_d[None, :], other=0.0).T
+            elif BLOCK_D == HEAD_DIM:
+                b_k = tl.load(p_k).T
+            else:
+                b_k = tl.load(p_k, mask=m_d[None, :], other=0.0).T
         else:
             p_k = k_ptr + kv_head * stride_k_head + o_k_row[None, :] + o_d[:, None] * stride_k_dim  # [BD, BN]
             if MASKED:
@@ -343,9 +358,11 @@ def attention_fwd_kernel(
     PAGED: tl.constexpr,
     PAGE_SIZE: tl.constexpr,  # keys per cache block (PAGED); a constant, so key -> (block, slot) is a shift, not a
     # division (a runtime block size put 74-175 integer divisions into each loop; one compile per cache layout)
+    CACHE_OFFSETS_32: tl.constexpr,  # PAGED: every element offset of the cache views fits in int32 (cheaper math)
     USE_TMA: tl.constexpr,
     V_KEY_MAJOR: tl.constexpr,
     V_TMA: tl.constexpr,  # V through v_desc too (with V_KEY_MAJOR: a descriptor of the key-major copy)
+    K_ROWS: tl.constexpr,  # pointer loads of K as [BN, BD] rows (like V) instead of [BD, BN]
     HAS_SEQUSED: tl.constexpr,
     USE_WINDOW: tl.constexpr,
     HAS_SOFTCAP: tl.constexpr,
@@ -510,8 +527,9 @@ def attention_fwd_kernel(
             stride_k_block, stride_k_tok, stride_k_head, stride_k_dim,
             stride_v_block, stride_v_tok, stride_v_head, stride_v_dim,
             stride_bias_head, stride_bias_q, stride_bias_k,
-            HEAD_DIM, HEAD_DIM_V, BLOCK_D, BLOCK_DV, BLOCK_N, part != 1, PAGED, PAGE_SIZE, USE_TMA, V_KEY_MAJOR,
-            V_TMA, USE_WINDOW, HAS_SOFTCAP, HAS_ALIBI, HAS_BIAS, QK_DTYPE, PV_DTYPE, V_IS_FP8, P_SCALE, DOT_PRECISION,
+            HEAD_DIM, HEAD_DIM_V, BLOCK_D, BLOCK_DV, BLOCK_N, part != 1, PAGED, PAGE_SIZE, CACHE_OFFSETS_32, USE_TMA,
+            V_KEY_MAJOR, V_TMA, K_ROWS, USE_WINDOW, HAS_SOFTCAP, HAS_ALIBI, HAS_BIAS, QK_DTYPE, PV_DTYPE, V_IS_FP8,
+            P_SCALE, DOT_PRECISION,
         )  # fmt: skip
 
     if HAS_SINK and not SPLIT_KV:
@@ -921,9 +939,11 @@ def _plan_launch(
         BLOCK_N=config.block_n,
         PAGED=paged,
         PAGE_SIZE=block_size,
+        CACHE_OFFSETS_32=paged and max(_max_offset(k), _max_offset(v)) < CACHE_OFFSETS_32_LIMIT,
         USE_TMA=use_tma,
         V_KEY_MAJOR=v_key_major,
         V_TMA=v_tma,
+        K_ROWS=config.k_rows and not use_tma,
         HAS_SEQUSED=seqused_k is not None,
         USE_WINDOW=window_left >= 0 or window_right >= 0,
         HAS_SOFTCAP=softcap > 0.0,
@@ -1030,6 +1050,16 @@ def _tensor_descriptors(config, arch, k, v, v_storage, paged, block_n, block_d, 
     else:
         v_desc = None  # key-major V through pointers
     return k_desc, v_desc
+
+
+# Paged caches whose element offsets all stay below this take 32-bit address math (sm_90 paged prefill loop: 536 ->
+# 441 instructions; the contiguous loop has 384). A cache past it (> 2^31 elements per view) compiles a 64-bit variant.
+CACHE_OFFSETS_32_LIMIT = 2**31
+
+
+def _max_offset(t: torch.Tensor) -> int:
+    """The largest element offset from t's first element to any of its elements."""
+    return sum((size - 1) * stride for size, stride in zip(t.shape, t.stride()) if size > 0)
 
 
 def _wants_key_major_v(arch: str, v: torch.Tensor, paged: bool) -> bool:
