@@ -176,6 +176,23 @@ def tests(session: nox.Session) -> None:
     run_pytest(session, device_args(session, dev) + pytest_args(session, ["tests/kernel"], workers_default(dev)), env)
 
 
+# what tests/accuracy needs beyond the kernel stack: the tiny model's training and loading, the task files, lm-eval
+ACCURACY_DEPS = ["transformers==5.24.0", "tokenizers", "safetensors", "pyyaml", LM_EVAL]
+
+
+@nox.session(python=VENV, reuse_venv=True, tags=["ci"], default=False)
+def accuracy(session: nox.Session) -> None:
+    """tests/accuracy: committed corpus and tokenizer, the training script's smoke run (deterministic, loss falls,
+    transformers loads it), lm-eval task files through lm-eval's dummy model, the fp8 error study at its tiny size
+    (interpreter on CPU). Every dependency is installed, so a skip here is a failure."""
+    dev = device()
+    install_stack(session, *ACCURACY_DEPS)
+    lm_eval_bin = shutil.which("lm_eval", path=session.bin) if session.bin else None
+    env: dict[str, str | None] = {"TRITON_INTERPRET": "1"} if dev == "cpu" else {"TRITON_INTERPRET": None}
+    env.update(LM_EVAL_BIN=lm_eval_bin or shutil.which("lm_eval"), TRITONFA_FAIL_ON_SKIP="1")
+    run_pytest(session, device_args(session, dev) + pytest_args(session, ["tests/accuracy"], workers_default(dev)), env)
+
+
 @nox.session(python=VENV, reuse_venv=True, tags=["ci"])
 def lint(session: nox.Session) -> None:
     """ruff check + ruff format --check (args: paths, default .) and mypy on the public interface."""

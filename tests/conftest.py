@@ -9,6 +9,7 @@
 - Content validation is on (TRITONFA_VALIDATE=1, `tritonfa.validation`) unless the environment sets it already:
   every call the suite makes has its cu_seqlens / seqused_k / block_table checked. `TRITONFA_VALIDATE=0 pytest ...`
   runs the suite on the production path; tests of the unvalidated path turn it off themselves.
+- TRITONFA_FAIL_ON_SKIP=1 (set by sessions that install every dependency) turns any skip into a failure.
 """
 
 import functools
@@ -24,6 +25,7 @@ import torch
 KERNEL_TESTS = Path(__file__).parent / "kernel"
 SEED_ENV = "TRITONFA_TEST_SEED"
 DEVICE_ENV = "TRITONFA_TEST_DEVICE"
+FAIL_ON_SKIP_ENV = "TRITONFA_FAIL_ON_SKIP"
 VALIDATE_ENV = "TRITONFA_VALIDATE"  # tritonfa.validation.ENV_VAR (not imported: some suites run without tritonfa)
 
 MARKERS = {
@@ -116,6 +118,10 @@ def _seed_per_test(request):
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item, call):
     report = yield
+    if report.skipped and os.environ.get(FAIL_ON_SKIP_ENV) == "1" and not hasattr(report, "wasxfail"):
+        # a session that installs every dependency (nox -s accuracy): a skip would hide a missing check
+        report.outcome = "failed"
+        report.longrepr = f"skipped where skips are failures ({FAIL_ON_SKIP_ENV}=1): {report.longrepr}"
     if report.failed:
         report.sections.append(("tritonfa", f"reproduce with: --seed {run_seed()} --device {current_device()}"))
     return report

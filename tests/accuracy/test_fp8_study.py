@@ -72,7 +72,8 @@ def test_table_has_every_mode_and_strategy(tmp_path):
     text = (tmp_path / "fp8_error_table.md").read_text()
     for mode, strategy in study.table_rows():
         assert f"| {study.MODES[mode].label} | {study.STRATEGY_LABELS[strategy]}" in text
-    assert "Recommendation" in text and "Triton-interpreter scale" in text or ON_GPU
+    assert "Recommendation" in text
+    assert "TINY / Triton-interpreter scale" in text, "a reduced-size table says so, on any device"
     json.loads((tmp_path / "fp8_error_table.json").read_text())
     assert len(paths) == 2
 

@@ -54,7 +54,7 @@ def test_train_smoke_deterministic_and_loadable(tmp_path):
     first = _smoke(tmp_path / "a")
     second = _smoke(tmp_path / "b")
     assert first["weights_sha256"] == second["weights_sha256"]
-    assert first["log"][-1]["train_loss"] < first["log"][0]["train_loss"] + 0.5
+    assert first["log"][-1]["train_loss"] < first["log"][0]["train_loss"] - 0.1, first["log"]  # 8.97 -> 8.67
     model_dir = tmp_path / "a"
     for name in ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "heldout_ppl.jsonl"):
         assert (model_dir / name).is_file(), name
