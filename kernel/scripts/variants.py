@@ -29,6 +29,8 @@ PREFILL_VARIANTS = {
     "bn128-s2": {"block_n": 128, "num_stages": 2},
     "s4": {"num_stages": 4},
     "bm64-w4": {"block_m": 64, "num_warps": 4, "num_stages": 3},
+    "bm64-w4-bn128": {"block_m": 64, "block_n": 128, "num_warps": 4, "num_stages": 3},
+    "bm128-w4": {"block_m": 128, "num_warps": 4, "num_stages": 3},
     "fp8q-on": {"fp8_q_for_fp8_kv": True},
     "v-row-major": {"env": {"TRITONFA_FP8_V_TRANSPOSE": "0"}},
     "v-tma": {"tma_key_major_v": True},
