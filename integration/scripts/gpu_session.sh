@@ -17,8 +17,8 @@ export PYTHONUNBUFFERED=1
   fi
   python3 -c "import vllm; print('vllm', vllm.__version__)" || { echo "no vLLM: stopping"; exit 1; }
   # the end-to-end number first: a session cut short still has it
-  for kv in auto alibi fp8 hostcost; do
-    case "$kv" in
+  for step in auto alibi fp8 hostcost; do  # auto / fp8: the latency benchmark with that KV cache dtype
+    case "$step" in
       alibi)
         echo "== e2e alibi $(date -u +%T)"
         timeout 600 python3 integration/scripts/e2e_check.py --suite alibi --out "$out" 2>&1 | tail -n 40 ;;
@@ -26,11 +26,11 @@ export PYTHONUNBUFFERED=1
         echo "== hostcost $(date -u +%T)"
         timeout 300 python3 integration/scripts/hostcost.py --out "$out" 2>&1 | tail -n 30 ;;
       *)
-        echo "== latency $kv $(date -u +%T)"
-        timeout 600 python3 integration/scripts/latency.py --backends CUSTOM,FLASH_ATTN --kv-cache-dtypes "$kv" \
-          --out "$out" 2>&1 | tee "$out/latency_$kv.log" | tail -n 20
+        echo "== latency $step $(date -u +%T)"
+        timeout 600 python3 integration/scripts/latency.py --backends CUSTOM,FLASH_ATTN --kv-cache-dtypes "$step" \
+          --out "$out" 2>&1 | tee "$out/latency_$step.log" | tail -n 20
         echo "JIT compilations during inference (vLLM's warning) in the engines' logs:"
-        grep -c "JIT compilation during inference" "$out/latency_$kv.logs"/*.log ;;
+        grep -c "JIT compilation during inference" "$out/latency_$step.logs"/*.log ;;
     esac
   done
   echo "== done $(date -u +%T)"
