@@ -16,6 +16,9 @@ architecture family of `tritonfa.configs` ("cdna3" for gfx942, "cdna4" for gfx95
   options     {"num_warps": 4, "num_stages": 2, "waves_per_eu": 2, ...}   (backend-specific keys allowed)
   attrs       optional {arg name: [["tt.divisibility", 16]]}; default: every pointer arg divisible by 16,
               as the runtime specializes for tensors from torch's allocator
+or, for kernels whose arguments a signature string cannot describe (Gluon's descriptors carry a layout),
+  name, fn, bound_args (the launch's positional arguments, meta tensors allowed), constexprs, options,
+  gluon (True: compile with GluonASTSource)
 `--specs module:function` points at another provider (the tests use this).
 
 Exit status: 0 when every (config, target) compiled and fits the target's shared memory; 1 otherwise;
@@ -137,6 +140,29 @@ def describe(e: BaseException) -> str:
     return text[-4000:]
 
 
+def _compile_bound(spec: dict[str, Any], target: Any) -> Any:
+    """Compile from the launch's own arguments (meta tensors, descriptors), as the JIT would bind them.
+
+    Gluon kernels take this route: their descriptor arguments carry a shared-memory layout that a signature
+    string cannot express, and they need GluonASTSource.
+    """
+    import triton
+    from triton.compiler.compiler import make_backend
+    from triton.runtime.jit import create_function_from_signature
+
+    fn = spec["fn"]
+    kwargs = {**spec.get("constexprs", {}), **(spec.get("options") or {})}
+    backend = make_backend(target)
+    binder = create_function_from_signature(fn.signature, fn.params, backend)
+    bound, specialization, launch_options = binder(*spec["bound_args"], **kwargs)
+    options, signature, constexprs, attrs = fn._pack_args(backend, kwargs, bound, specialization, launch_options)
+    if spec.get("gluon"):
+        from triton.experimental.gluon._runtime import GluonASTSource as Source
+    else:
+        from triton.compiler import ASTSource as Source
+    return triton.compile(Source(fn, signature, constexprs, attrs), target=target, options=options.__dict__)
+
+
 def compile_one(arch: str, spec: dict[str, Any]) -> Result:
     import triton
     from triton.backends.compiler import GPUTarget
@@ -147,9 +173,13 @@ def compile_one(arch: str, spec: dict[str, Any]) -> Result:
     res = Result(arch=arch, name=str(spec.get("name", "?")), ok=False, shared_limit=shared_limit, options=options)
     t0 = time.perf_counter()
     try:
-        fn, signature, constexprs, attrs = _normalize(spec)
-        src = ASTSource(fn=fn, signature=signature, constexprs=constexprs, attrs=attrs)
-        compiled = triton.compile(src, target=GPUTarget(backend, target_arch, warp_size), options=options)
+        target = GPUTarget(backend, target_arch, warp_size)
+        if "bound_args" in spec:
+            compiled = _compile_bound(spec, target)
+        else:
+            fn, signature, constexprs, attrs = _normalize(spec)
+            src = ASTSource(fn=fn, signature=signature, constexprs=constexprs, attrs=attrs)
+            compiled = triton.compile(src, target=target, options=options)
         md = compiled.metadata
         res.shared = int(md.shared)
         res.num_warps = int(md.num_warps)

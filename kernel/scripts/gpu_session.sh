@@ -1,22 +1,45 @@
 #!/usr/bin/env bash
-# A GPU session in the background: the paging probe, config variants (A/B), then the GPU test suite, memcheck and
-# the benchmark (gpu_verify.sh; PEER_PYTHONPATH / PEER_READY pass through to it).
-# Results go to a folder outside the checkout so that a later call can collect them:
-#   setsid nohup bash kernel/scripts/gpu_session.sh RESULTS_DIR [variants plans] > /dev/null 2>&1 &
+# A GPU session in the background: steps in order, each writing into RESULTS_DIR as soon as it ends.
+#   setsid nohup bash kernel/scripts/gpu_session.sh RESULTS_DIR [STEPS] > /dev/null 2>&1 &
 #   ... later: test -e RESULTS_DIR/DONE && cp RESULTS_DIR/* "$DEST"
+# STEPS (comma-separated, default probe,variants,verify):
+#   probe                  paging probe
+#   variants               config variants (A/B) of VARIANT_PLANS (default prefill,decode,mixed)
+#   variants:PLAN:ONLY:VARIANTS  one variants.py call (ONLY and VARIANTS comma lists with '+' for ',')
+#   ws-tests               the warp-specialized Gluon prefill's own tests (Hopper); when they pass, the steps after
+#                          it run with that path on (TRITONFA_CONFIG), so the suite and memcheck cover it
+#   mask-cost              bounds on vs off (kernel/scripts/mask_cost.py, MASK_COST_ROUNDS rounds, default 3)
+#   verify                 GPU test suite, memcheck, benchmark (gpu_verify.sh; PEER_PYTHONPATH / PEER_READY)
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
-out="${1:?usage: gpu_session.sh RESULTS_DIR [plans]}"
-plans="${2:-prefill,decode,mixed}"
+out="${1:?usage: gpu_session.sh RESULTS_DIR [STEPS]}"
+steps="${2:-probe,variants,verify}"
 mkdir -p "$out"
 export PYTHONPATH="$PWD/kernel/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 {
-  echo "== paging probe $(date -u +%T)"
-  python3 kernel/scripts/paging_probe.py 2>&1 | tee "$out/paging_probe.log"
-  echo "== variants ($plans) $(date -u +%T)"
-  python3 kernel/scripts/variants.py --plan "$plans" --out "$out" 2>&1 | tee "$out/variants.log"
-  echo "== verify $(date -u +%T)"
-  bash kernel/scripts/gpu_verify.sh "$out"
+  IFS=',' read -r -a step_list <<< "$steps"
+  for step in "${step_list[@]}"; do
+    echo "== $step $(date -u +%T) TRITONFA_CONFIG=${TRITONFA_CONFIG:-}"
+    case "$step" in
+      probe) python3 kernel/scripts/paging_probe.py 2>&1 | tee "$out/paging_probe.log" ;;
+      variants) python3 kernel/scripts/variants.py --plan "${VARIANT_PLANS:-prefill,decode,mixed}" --out "$out" 2>&1 |
+        tee -a "$out/variants.log" ;;
+      variants:*)
+        IFS=':' read -r _ plan only variants <<< "$step"
+        python3 kernel/scripts/variants.py --plan "$plan" --only "${only//+/,}" --variants "${variants//+/,}" \
+          --out "$out" 2>&1 | tee -a "$out/variants.log" ;;
+      ws-tests)
+        ws='{"hopper": {"warp_specialized": true}}'
+        if TRITONFA_CONFIG="$ws" python3 -m pytest tests/kernel/test_hopper_warp_specialized.py --device cuda -n 8 \
+          -v --tb=short -p no:cacheprovider -rfEs 2>&1 | tee "$out/ws_tests.log" | tail -n 30; then
+          export TRITONFA_CONFIG="$ws"
+        fi ;;
+      mask-cost) python3 kernel/scripts/mask_cost.py --rounds "${MASK_COST_ROUNDS:-3}" --out "$out/mask_cost" 2>&1 |
+        tail -n 30 ;;
+      verify) bash kernel/scripts/gpu_verify.sh "$out" ;;
+      *) echo "unknown step $step" ;;
+    esac
+  done
   echo "== done $(date -u +%T)"
 } > "$out/session.log" 2>&1
 touch "$out/DONE"

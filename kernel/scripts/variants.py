@@ -35,6 +35,7 @@ PREFILL_VARIANTS = {
     "v-row-major": {"env": {"TRITONFA_FP8_V_TRANSPOSE": "0"}},
     "v-tma": {"tma_key_major_v": True},
     "k-rows": {"k_rows": True},
+    "ws": {"warp_specialized": True},  # Hopper: the warp-specialized Gluon prefill (contiguous 16-bit only)
 }
 DECODE_VARIANTS = {
     "default": {},

@@ -37,6 +37,8 @@ class AttentionConfig:
     fp8_q_for_fp8_kv: bool = False  # opt-in: a 16-bit q with an fp8 KV cache is rounded to fp8 (per-row scale)
     tma_key_major_v: bool = False  # with tma: fp8 V's key-major copy through a descriptor too (unmeasured: opt-in)
     k_rows: bool = False  # pointer loads of K as rows like V (paged prefill: fewer address instructions; unmeasured)
+    # Hopper prefill: calls the warp-specialized Gluon kernel covers (kernels/attention_hopper.py) go there
+    warp_specialized: bool = False
 
     def launch_options(self, arch: str) -> dict:
         options = {"num_warps": self.num_warps, "num_stages": self.num_stages}

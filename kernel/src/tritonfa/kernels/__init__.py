@@ -14,6 +14,7 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 
 from tritonfa.configs import all_configs
 from tritonfa.fp8 import default_fp8_dtype
+from tritonfa.kernels import attention_hopper
 from tritonfa.kernels.attention import _TORCH_TO_TL, KernelLaunch, plan_attention
 
 _SCALAR_FLOATS = ("softmax_scale", "softcap")
@@ -168,4 +169,23 @@ def cross_compile_specs(arch: str) -> list[dict[str, Any]]:
                             options=launch.options,
                         ),
                     )
+    if arch == "hopper" and attention_hopper.HAS_GLUON:
+        specs.update({spec["name"]: spec for spec in _hopper_prefill_specs()})
     return list(specs.values())
+
+
+def _hopper_prefill_specs() -> list[dict[str, Any]]:
+    """The warp-specialized Gluon prefill (config `warp_specialized`) for every head size, mask and lse choice."""
+    specs = []
+    for head_dim in (64, 128, 256):
+        for causal in (False, True):
+            inputs = _meta_inputs("hopper", torch.bfloat16, torch.bfloat16, head_dim, paged=False, decode=False,
+                                  features=not causal)  # fmt: skip
+            lse = inputs["lse"]
+            fn, _, args, constexprs, options = attention_hopper.plan_hopper_prefill(
+                inputs["q"], inputs["k"], inputs["v"], inputs["out"], lse, inputs["cu_seqlens_q"],
+                inputs["cu_seqlens_q"], 0.125, causal, 1, 16,
+            )  # fmt: skip
+            name = f"{fn.__name__}[hopper d{head_dim} CAUSAL={causal} RETURN_LSE={lse is not None}]"
+            specs.append(dict(name=name, fn=fn, bound_args=args, constexprs=constexprs, options=options, gluon=True))
+    return specs

@@ -31,6 +31,7 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 
 from tritonfa.configs import DECODE_MAX_SEQLEN_Q, AttentionConfig, detect_arch, native_fp8_dot, select_config
 from tritonfa.fp8 import FP8_DTYPES, fp8_max, is_fp8, p_scale
+from tritonfa.kernels import attention_hopper
 
 LOG2E = tl.constexpr(1.4426950408889634)
 LN2 = tl.constexpr(0.6931471805599453)
@@ -806,9 +807,29 @@ def plan_attention(
     if max_seqlen_q <= DECODE_MAX_SEQLEN_Q:
         return plan(decode_config, seq_filter=0, num_splits=num_splits)
     prefill_config = select_config(arch, max(block_d, block_dv), max_seqlen_q, element_bytes)
+    if arch == "hopper" and prefill_config.warp_specialized:
+        features = dict(
+            seqused_k=seqused_k is not None, alibi=alibi_slopes is not None, bias=bias is not None,
+            sinks=s_aux is not None, descale=any(d is not None for d in (q_descale, k_descale, v_descale)),
+            output_scale=output_scale is not None, softcap=softcap > 0.0, window=window_left >= 0 or window_right > 0,
+        )  # fmt: skip
+        if attention_hopper.supports(q, k, v, out, block_table is not None, features):
+            fast = functools.partial(
+                _plan_hopper_prefill, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, softmax_scale, window_right == 0
+            )
+            if num_seqs == 1:
+                return [fast(seq_filter=0)]
+            return [fast(seq_filter=1)] + plan(decode_config, seq_filter=2, num_splits=1)
     if num_seqs == 1:
         return plan(prefill_config, seq_filter=0, num_splits=1)
     return plan(prefill_config, seq_filter=1, num_splits=1) + plan(decode_config, seq_filter=2, num_splits=1)
+
+
+def _plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, softmax_scale, causal, seq_filter):
+    fn, grid, args, constexprs, options = attention_hopper.plan_hopper_prefill(
+        q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, softmax_scale, causal, seq_filter, DECODE_MAX_SEQLEN_Q
+    )
+    return KernelLaunch(fn, grid, args, constexprs, options)
 
 
 def _plan_launch(
