@@ -14,7 +14,7 @@ echo "== kernel tests on the GPU"
 # -v names each failure as it happens, so a run cut off by a time limit still says what failed
 python3 -m pytest tests/kernel --device cuda -n 16 -v --tb=short -p no:cacheprovider -rfE 2>&1 | tee "$out/gpu_tests.log" | grep -E "FAILED|ERROR|passed|failed" | tail -n 40
 
-echo "== compute-sanitizer memcheck (paged, split-KV decode, fp8, masks, varlen, bad index contents)"
+echo "== compute-sanitizer memcheck (paged, split-KV decode, fp8, masks, varlen, bad index contents, Hopper Gluon prefill)"
 compute-sanitizer --tool memcheck --error-exitcode 99 python3 -m pytest -p no:cacheprovider -p no:xdist -q \
   "tests/kernel/test_paged.py::test_mixed_prefill_context_and_decode_in_one_call" \
   "tests/kernel/test_paged.py::test_decode_and_speculative_lengths" \
@@ -22,7 +22,8 @@ compute-sanitizer --tool memcheck --error-exitcode 99 python3 -m pytest -p no:ca
   "tests/kernel/test_masks_and_biases.py::test_rows_that_see_no_key_are_zero" \
   "tests/kernel/test_attention.py::test_varlen_batch" \
   "tests/kernel/test_attention.py::test_v_head_size_differs" \
-  "tests/kernel/test_bad_inputs.py" 2>&1 | tee "$out/memcheck.log" | tail -n 8
+  "tests/kernel/test_bad_inputs.py" \
+  "tests/kernel/test_hopper_warp_specialized.py" 2>&1 | tee "$out/memcheck.log" | tail -n 8
 echo "memcheck exit: ${PIPESTATUS[0]}" | tee -a "$out/memcheck.log"
 
 echo "== benchmark"

@@ -36,6 +36,7 @@ PREFILL_VARIANTS = {
     "v-tma": {"tma_key_major_v": True},
     "k-rows": {"k_rows": True},
     "ws": {"warp_specialized": True},  # Hopper: the warp-specialized Gluon prefill (contiguous 16-bit only)
+    "ws-nopp": {"warp_specialized": True, "ws_pingpong": False},
 }
 DECODE_VARIANTS = {
     "default": {},

@@ -19,16 +19,22 @@ import sys
 from triton.runtime.jit import JITFunction
 import crosscompile
 import tritonfa.kernels as kernels
-from tritonfa.kernels import attention
+from tritonfa.kernels import attention, attention_hopper
 
-specs = kernels.cross_compile_specs(crosscompile.TARGETS[sys.argv[1]][4])
+arch = crosscompile.TARGETS[sys.argv[1]][4]
+specs = kernels.cross_compile_specs(arch)
 for spec in specs:
-    crosscompile._normalize(spec)  # raises on a missing argument or constexpr value
+    if "bound_args" in spec:  # compiled from the launch's own arguments (Gluon): the binder checks them
+        assert {"fn", "constexprs", "options"} <= set(spec), spec["name"]
+    else:
+        crosscompile._normalize(spec)  # raises on a missing argument or constexpr value
 launched = {id(spec["fn"]) for spec in specs}
-jit = [n for n, obj in vars(attention).items() if isinstance(obj, JITFunction) and n.endswith("_kernel")]
+modules = [attention] + ([attention_hopper] if arch == "hopper" and attention_hopper.HAS_GLUON else [])
+jit = [(m, n) for m in modules for n, obj in vars(m).items() if isinstance(obj, JITFunction) and n.endswith("_kernel")]
 assert jit, "no kernels found"
-missing = [n for n in jit if id(getattr(attention, n)) not in launched]
+missing = [n for m, n in jit if id(getattr(m, n)) not in launched]
 assert not missing, f"kernels without a cross-compile spec: {missing}"
+assert arch != "hopper" or not attention_hopper.HAS_GLUON or any(n == "attention_fwd_hopper_kernel" for _, n in jit)
 assert len({spec["name"] for spec in specs}) == len(specs), "spec names must be unique"
 print(len(specs), "specs ok")
 """

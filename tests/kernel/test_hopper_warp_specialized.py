@@ -61,11 +61,14 @@ def test_which_calls_take_the_warp_specialized_path(monkeypatch):
 @pytest.mark.parametrize("head_size", [64, 128, 256])
 @pytest.mark.parametrize("causal", [True, False])
 @pytest.mark.parametrize("num_heads", [(32, 8), (4, 4)])
-def test_warp_specialized_prefill_matches_reference(monkeypatch, head_size, causal, num_heads):
+@pytest.mark.parametrize("pingpong", [True, False])
+def test_warp_specialized_prefill_matches_reference(monkeypatch, head_size, causal, num_heads, pingpong):
     """Odd lengths, an empty sequence, more queries than keys (rows that see no key: 0 and lse -inf), more keys
     than queries (a cached prefix), tile-sized and one-past-tile-sized sequences; NaN rows after the last key so a
     block that runs past the sequence must not let them reach P@V."""
-    monkeypatch.setenv("TRITONFA_CONFIG", WS_CONFIG)
+    monkeypatch.setenv(
+        "TRITONFA_CONFIG", f'{{"hopper": {{"warp_specialized": true, "ws_pingpong": {str(pingpong).lower()}}}}}'
+    )
     seqlens_q = [scaled(1, 1), 0, 129, 128, 300, scaled(17, 1000), 77, 200]
     seqlens_k = [scaled(1, 1), 5, 129, 128, 200, scaled(17, 1000), 333, 450]
     inputs = make_inputs(seqlens_q, seqlens_k, num_heads=num_heads, head_size=head_size)

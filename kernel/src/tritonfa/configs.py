@@ -39,6 +39,7 @@ class AttentionConfig:
     k_rows: bool = False  # pointer loads of K as rows like V (paged prefill: fewer address instructions; unmeasured)
     # Hopper prefill: calls the warp-specialized Gluon kernel covers (kernels/attention_hopper.py) go there
     warp_specialized: bool = False
+    ws_pingpong: bool = True  # with warp_specialized: the two consumer warpgroups alternate their matmuls (FA3)
 
     def launch_options(self, arch: str) -> dict:
         options = {"num_warps": self.num_warps, "num_stages": self.num_stages}

@@ -815,8 +815,9 @@ def plan_attention(
         )  # fmt: skip
         if attention_hopper.supports(q, k, v, out, block_table is not None, features):
             fast = functools.partial(
-                _plan_hopper_prefill, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, softmax_scale, window_right == 0
-            )
+                _plan_hopper_prefill, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, softmax_scale,
+                window_right == 0, prefill_config.ws_pingpong,
+            )  # fmt: skip
             if num_seqs == 1:
                 return [fast(seq_filter=0)]
             return [fast(seq_filter=1)] + plan(decode_config, seq_filter=2, num_splits=1)
@@ -825,10 +826,11 @@ def plan_attention(
     return plan(prefill_config, seq_filter=1, num_splits=1) + plan(decode_config, seq_filter=2, num_splits=1)
 
 
-def _plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, softmax_scale, causal, seq_filter):
+def _plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, softmax_scale, causal, pingpong, seq_filter):
     fn, grid, args, constexprs, options = attention_hopper.plan_hopper_prefill(
-        q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, softmax_scale, causal, seq_filter, DECODE_MAX_SEQLEN_Q
-    )
+        q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, softmax_scale, causal, seq_filter, DECODE_MAX_SEQLEN_Q,
+        pingpong,
+    )  # fmt: skip
     return KernelLaunch(fn, grid, args, constexprs, options)
 
 

@@ -5,12 +5,14 @@ no mask, GQA, optional lse. Everything else (paged KV, fp8, windows, softcap, AL
 stays on the portable kernel in `attention.py`, which is also this kernel's CPU/ROCm twin: Gluon does not run in
 Triton's interpreter, so the GPU suite tests this file against the same reference.
 
-Schedule per program (one query tile of BLOCK_M rows of one q head):
-- a 1-warp producer partition loads Q once and K_j, V_j into a ring of STAGES shared-memory slots with TMA;
-  `kv_empty[s]` hands a slot back once the consumers' P@V of that block has finished reading it;
-- the consumer partition (num_warps warps, BLOCK_M // num_warps... rows per warp) runs, for block j:
-  S_j = Q K_j^T (async) is issued *before* O += P_{j-1} V_{j-1} (async); the softmax of S_j runs while that P@V is
-  still on the tensor cores; then O is rescaled. P stays in registers as the A operand of the P@V wgmma.
+Schedule per program (one query tile of BLOCK_M = 128 rows of one q head), three partitions:
+- a 1-warp producer loads Q once and K_j, V_j into a ring of STAGES shared-memory slots with TMA; `kv_empty[s]`
+  hands a slot back once both consumers' P@V of that block has finished reading it;
+- two consumer warpgroups of 64 rows each (their own partitions, so neither waits on the other's barriers) run, for
+  block j: S_j = Q K_j^T (async) issued *before* O += P_{j-1} V_{j-1} (async); the softmax of S_j runs while that
+  P@V is on the tensor cores; then O is rescaled. P stays in registers as the A operand of the P@V wgmma.
+- ping-pong (`PINGPONG`, FA3's schedule): the consumers take turns issuing their wgmmas, so one's softmax overlaps
+  the other's matmuls instead of both competing for the tensor cores at once.
 Grid and tile order follow the portable kernel: `cu_seqlens_q[b] // BLOCK_M + b` tiles before sequence b, found
 by binary search; a sequence's last tiles (most keys under a causal mask) run first.
 """
@@ -34,6 +36,7 @@ try:  # Gluon ships with triton >= 3.5; without it the launcher never picks this
 
     # triton 3.6 (the GPU image) names the TMA load async_copy_global_to_shared; later releases async_load
     _tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
+    _thread_barrier = getattr(gl, "thread_barrier", None) or gl.barrier  # renamed after 3.6 too
     HAS_GLUON = True
 except ImportError:  # pragma: no cover - depends on the installed triton
     HAS_GLUON = False
@@ -41,8 +44,11 @@ except ImportError:  # pragma: no cover - depends on the installed triton
 LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453
 BLOCK_M = 128
-NUM_WARPS = 8  # consumer warps: two warpgroups of 64 rows
-PRODUCER_REGS = 24  # registers per thread the TMA producer warp keeps (the consumers get the rest)
+NUM_WARPS = 4  # warps of one consumer warpgroup (64 query rows); the kernel runs two of them and a producer warp
+CONSUMER_REGS = (
+    gl.constexpr(240) if HAS_GLUON else 240
+)  # registers per thread of the second consumer warpgroup (setmaxnreg)
+PRODUCER_REGS = gl.constexpr(24) if HAS_GLUON else 24  # registers per thread of the TMA producer warp
 
 
 def tiles_for(head_dim: int) -> tuple[int, int]:
@@ -103,6 +109,19 @@ if HAS_GLUON:
             _tma_load(v_desc, [k_row + j * BLOCK_N, kv_col], v_ready.index(s), v_bufs.index(s))
 
     @gluon.jit
+    def _wait_turn(turns, round, WG: gl.constexpr, PINGPONG: gl.constexpr):
+        # Ping-pong (FA3's schedule): the two consumer warpgroups take turns issuing their wgmmas, so one's softmax
+        # runs while the other's matmuls occupy the tensor cores. Round r of warpgroup 0 waits for warpgroup 1's
+        # r-th hand-over (a fresh barrier's parity 1 counts as complete, so round 0 of warpgroup 0 goes at once).
+        if PINGPONG:
+            mbarrier.wait(turns.index(WG), (round & 1) ^ (1 - WG))
+
+    @gluon.jit
+    def _pass_turn(turns, WG: gl.constexpr, PINGPONG: gl.constexpr):
+        if PINGPONG:
+            mbarrier.arrive(turns.index(1 - WG), count=1)
+
+    @gluon.jit
     def _softmax_step(b_s, m_i, l_i, j, q_pos, seq_k_len, diagonal, qk_scale, MASKED: gl.constexpr,
                       CAUSAL: gl.constexpr, BLOCK_N: gl.constexpr, s_layout: gl.constexpr):  # fmt: skip
         # b_s: [BM, BN] raw scores of key block j; returns P (fp32), the new running max and sum, and O's factor.
@@ -123,19 +142,21 @@ if HAS_GLUON:
         return b_p, m_new, l_i, alpha
 
     @gluon.jit
-    def _kv_step(j, q_smem, k_bufs, v_bufs, k_ready, v_ready, kv_empty, s_zero, b_o, m_i, l_i, p_prev,
+    def _kv_step(j, q_smem, k_bufs, v_bufs, k_ready, v_ready, kv_empty, turns, s_zero, b_o, m_i, l_i, p_prev,
                  q_pos, seq_k_len, diagonal, qk_scale,
                  MASKED: gl.constexpr, CAUSAL: gl.constexpr, s_layout: gl.constexpr, o_layout: gl.constexpr,
-                 p_layout: gl.constexpr):  # fmt: skip
+                 p_layout: gl.constexpr, WG: gl.constexpr, PINGPONG: gl.constexpr):  # fmt: skip
         # S_j = Q K_j^T is issued before O += P_{j-1} V_{j-1}; the softmax of S_j overlaps that P@V.
         STAGES: gl.constexpr = k_bufs.type.shape[0]
         BLOCK_N: gl.constexpr = k_bufs.type.shape[1]
         s = j % STAGES
         sp = (j - 1) % STAGES
         mbarrier.wait(k_ready.index(s), (j // STAGES) & 1)
+        _wait_turn(turns, j, WG, PINGPONG)
         s_tok = warpgroup_mma(q_smem, k_bufs.index(s).permute((1, 0)), s_zero, use_acc=False, is_async=True)
         mbarrier.wait(v_ready.index(sp), ((j - 1) // STAGES) & 1)
         o_tok = warpgroup_mma(p_prev, v_bufs.index(sp), b_o, is_async=True)
+        _pass_turn(turns, WG, PINGPONG)
         b_s = warpgroup_mma_wait(num_outstanding=1, deps=(s_tok,))
         b_p, m_i, l_i, alpha = _softmax_step(b_s, m_i, l_i, j, q_pos, seq_k_len, diagonal, qk_scale, MASKED, CAUSAL,
                                              BLOCK_N, s_layout)  # fmt: skip
@@ -154,14 +175,19 @@ if HAS_GLUON:
         values = tile.load(layout)
         tile.store(gl.where(gl.expand_dims(rows < first_row, 1), values, gl.zeros_like(values)))
         fence_async_shared()  # the generic-proxy stores before the wgmma's async-proxy reads
-        gl.thread_barrier()  # every consumer warp's rows, before either warpgroup's P@V
+        _thread_barrier()  # every warp's rows before the warpgroup's P@V
 
     @gluon.jit
-    def _consumer(q_smem, k_bufs, v_bufs, q_ready, k_ready, v_ready, kv_empty, out_ptr, lse_ptr,
-                  seq_q_start, seq_q_len, q_tile_start, q_head, seq_k_len, num_blocks, num_full, qk_scale,
-                  stride_o_tok, stride_o_head, stride_lse_head,
-                  CAUSAL: gl.constexpr, RETURN_LSE: gl.constexpr, num_warps: gl.constexpr):  # fmt: skip
-        BLOCK_M: gl.constexpr = q_smem.type.shape[0]
+    def _consumer(q_tile_smem, k_bufs, v_bufs, q_ready, k_ready, v_ready, kv_empty, turns, out_ptr, lse_ptr,
+                  seq_q_start, seq_q_len, q_tile_start, q_head, seq_k_len, num_blocks, qk_scale,
+                  stride_o_tok, stride_o_head, stride_lse_head, ROW0: gl.constexpr, ROWS: gl.constexpr,
+                  CAUSAL: gl.constexpr, PINGPONG: gl.constexpr, RETURN_LSE: gl.constexpr,
+                  num_warps: gl.constexpr):  # fmt: skip
+        # This warpgroup's ROWS query rows start at row ROW0 of the tile; both warpgroups walk the tile's blocks.
+        q_smem = q_tile_smem.slice(ROW0, ROWS, dim=0)
+        WG: gl.constexpr = ROW0 // ROWS  # 0 or 1
+        q_tile_start = q_tile_start + ROW0
+        BLOCK_M: gl.constexpr = ROWS
         HEAD_DIM: gl.constexpr = q_smem.type.shape[1]
         STAGES: gl.constexpr = k_bufs.type.shape[0]
         BLOCK_N: gl.constexpr = k_bufs.type.shape[1]
@@ -176,6 +202,12 @@ if HAS_GLUON:
 
         q_pos = q_tile_start + gl.arange(0, BLOCK_M, layout=row_layout)  # [BM] query position in the sequence
         diagonal = seq_k_len - seq_q_len  # bottom-right alignment: query i lines up with key i + diagonal
+        # blocks every key of which every row of this warpgroup may see (no mask needed)
+        if CAUSAL:
+            num_full = gl.maximum(gl.minimum(q_tile_start + diagonal + 1, seq_k_len), 0) // BLOCK_N
+        else:
+            num_full = seq_k_len // BLOCK_N
+        num_full = gl.minimum(num_full, num_blocks)
         s_zero = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout)
         m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, row_layout)
         l_i = gl.zeros([BLOCK_M], gl.float32, row_layout)
@@ -184,7 +216,9 @@ if HAS_GLUON:
         # block 0: S_0 alone (nothing to overlap with yet)
         mbarrier.wait(q_ready, 0)
         mbarrier.wait(k_ready.index(0), 0)
+        _wait_turn(turns, 0, WG, PINGPONG)
         s_tok = warpgroup_mma(q_smem, k_bufs.index(0).permute((1, 0)), s_zero, use_acc=False, is_async=True)
+        _pass_turn(turns, WG, PINGPONG)
         b_s = warpgroup_mma_wait(num_outstanding=0, deps=(s_tok,))
         if num_full > 0:
             b_p, m_i, l_i, alpha = _softmax_step(b_s, m_i, l_i, 0, q_pos, seq_k_len, diagonal, qk_scale, False,
@@ -195,22 +229,25 @@ if HAS_GLUON:
         p_prev = gl.convert_layout(b_p.to(q_smem.dtype), p_layout)
         # interior blocks: every key visible to every row, no mask
         for j in range(1, num_full):
-            b_o, m_i, l_i, p_prev = _kv_step(j, q_smem, k_bufs, v_bufs, k_ready, v_ready, kv_empty, s_zero, b_o,
+            b_o, m_i, l_i, p_prev = _kv_step(j, q_smem, k_bufs, v_bufs, k_ready, v_ready, kv_empty, turns, s_zero, b_o,
                                              m_i, l_i, p_prev, q_pos, seq_k_len, diagonal, qk_scale, False, CAUSAL,
-                                             s_layout, o_layout, p_layout)  # fmt: skip
+                                             s_layout, o_layout, p_layout, WG, PINGPONG)  # fmt: skip
         # blocks on the causal diagonal or past the sequence's last key
         for j in range(gl.maximum(num_full, 1), num_blocks):
-            b_o, m_i, l_i, p_prev = _kv_step(j, q_smem, k_bufs, v_bufs, k_ready, v_ready, kv_empty, s_zero, b_o,
+            b_o, m_i, l_i, p_prev = _kv_step(j, q_smem, k_bufs, v_bufs, k_ready, v_ready, kv_empty, turns, s_zero, b_o,
                                              m_i, l_i, p_prev, q_pos, seq_k_len, diagonal, qk_scale, True, CAUSAL,
-                                             s_layout, o_layout, p_layout)  # fmt: skip
+                                             s_layout, o_layout, p_layout, WG, PINGPONG)  # fmt: skip
         last = num_blocks - 1
         mbarrier.wait(v_ready.index(last % STAGES), (last // STAGES) & 1)
         if (last + 1) * BLOCK_N > seq_k_len:
             # The last block runs past the sequence: its V rows there belong to the next sequence or to whatever
             # follows the last one, and P = 0 does not cancel a non-finite value. Zero them before P@V.
             _zero_rows_from(v_bufs.index(last % STAGES), seq_k_len - last * BLOCK_N, num_warps)
+        _wait_turn(turns, num_blocks, WG, PINGPONG)
         o_tok = warpgroup_mma(p_prev, v_bufs.index(last % STAGES), b_o, is_async=True)
+        _pass_turn(turns, WG, PINGPONG)
         b_o = warpgroup_mma_wait(num_outstanding=0, deps=(o_tok,))
+        mbarrier.arrive(kv_empty.index(last % STAGES), count=1)
 
         # Rows that saw no key have l = 0 and O = 0: divide by 1 so they come out as 0, not NaN.
         l_safe = gl.where(l_i == 0.0, 1.0, l_i)
@@ -228,6 +265,17 @@ if HAS_GLUON:
             lse = gl.where(l_i == 0.0, float("-inf"), (m_i + gl.log2(l_safe)) * 0.6931471805599453)
             i_tok_r = (seq_q_start + q_pos).to(gl.int64)
             gl.store(lse_ptr + q_head.to(gl.int64) * stride_lse_head + i_tok_r, lse, mask=q_pos < seq_q_len)
+
+    @gluon.jit
+    def _consumer_default(q_tile_smem, k_bufs, v_bufs, q_ready, k_ready, v_ready, kv_empty, turns, out_ptr, lse_ptr,
+                          seq_q_start, seq_q_len, q_tile_start, q_head, seq_k_len, num_blocks, qk_scale,
+                          stride_o_tok, stride_o_head, stride_lse_head, ROW0: gl.constexpr, ROWS: gl.constexpr,
+                          CAUSAL: gl.constexpr, PINGPONG: gl.constexpr, RETURN_LSE: gl.constexpr,
+                          num_warps: gl.constexpr):  # fmt: skip
+        # the default partition of gl.warp_specialize must return a tuple
+        _consumer(q_tile_smem, k_bufs, v_bufs, q_ready, k_ready, v_ready, kv_empty, turns, out_ptr, lse_ptr,
+                  seq_q_start, seq_q_len, q_tile_start, q_head, seq_k_len, num_blocks, qk_scale, stride_o_tok,
+                  stride_o_head, stride_lse_head, ROW0, ROWS, CAUSAL, PINGPONG, RETURN_LSE, num_warps)  # fmt: skip
         return ()
 
     @gluon.jit(do_not_specialize=["num_seqs", "total_q", "total_k"])
@@ -248,6 +296,7 @@ if HAS_GLUON:
         stride_lse_head,
         GROUP: gl.constexpr,  # q heads per kv head
         CAUSAL: gl.constexpr,
+        PINGPONG: gl.constexpr,  # the consumer warpgroups alternate their wgmma issue (see _wait_turn)
         RETURN_LSE: gl.constexpr,
         SEQ_FILTER: gl.constexpr,  # 0 all sequences, 1 only those with more than DECODE_MAX_Q queries
         DECODE_MAX_Q: gl.constexpr,
@@ -278,12 +327,9 @@ if HAS_GLUON:
             q_last = gl.minimum(q_tile_start + BLOCK_M, seq_q_len) - 1
             if CAUSAL:
                 kv_end = gl.maximum(gl.minimum(q_last + diagonal + 1, seq_k_len), 0)
-                full_end = gl.maximum(gl.minimum(q_tile_start + diagonal + 1, seq_k_len), 0)
             else:
                 kv_end = seq_k_len
-                full_end = seq_k_len
             num_blocks = gl.cdiv(kv_end, BLOCK_N)
-            num_full = full_end // BLOCK_N
             if num_blocks == 0:
                 _store_empty(out_ptr, lse_ptr, seq_q_start, seq_q_len, q_tile_start, q_head, stride_o_tok,
                              stride_o_head, stride_lse_head, BLOCK_M, HEAD_DIM, RETURN_LSE, num_warps)  # fmt: skip
@@ -295,24 +341,33 @@ if HAS_GLUON:
                 k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
                 v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
                 kv_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+                turns = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+                mbarrier.init(turns.index(0), count=1)
+                mbarrier.init(turns.index(1), count=1)
                 mbarrier.init(q_ready, count=1)
                 for i in gl.static_range(STAGES):
                     mbarrier.init(k_ready.index(i), count=1)
                     mbarrier.init(v_ready.index(i), count=1)
-                    mbarrier.init(kv_empty.index(i), count=1)
+                    mbarrier.init(kv_empty.index(i), count=2)  # both consumer warpgroups hand a slot back
                 qk_scale = softmax_scale * 1.4426950408889634  # log2 domain: exp2 with the scale folded in
+                HALF: gl.constexpr = BLOCK_M // 2
+                FIRST: gl.constexpr = 0
                 gl.warp_specialize(
                     [
-                        (_consumer, (q_smem, k_bufs, v_bufs, q_ready, k_ready, v_ready, kv_empty, out_ptr, lse_ptr,
-                                     seq_q_start, seq_q_len, q_tile_start, q_head, seq_k_len, num_blocks, num_full,
-                                     qk_scale, stride_o_tok, stride_o_head, stride_lse_head, CAUSAL, RETURN_LSE,
-                                     num_warps)),
+                        (_consumer_default, (q_smem, k_bufs, v_bufs, q_ready, k_ready, v_ready, kv_empty, turns,
+                                             out_ptr, lse_ptr, seq_q_start, seq_q_len, q_tile_start, q_head,
+                                             seq_k_len, num_blocks, qk_scale, stride_o_tok, stride_o_head,
+                                             stride_lse_head, FIRST, HALF, CAUSAL, PINGPONG, RETURN_LSE, num_warps)),
+                        (_consumer, (q_smem, k_bufs, v_bufs, q_ready, k_ready, v_ready, kv_empty, turns, out_ptr,
+                                     lse_ptr, seq_q_start, seq_q_len, q_tile_start, q_head, seq_k_len, num_blocks,
+                                     qk_scale, stride_o_tok, stride_o_head, stride_lse_head, HALF, HALF, CAUSAL,
+                                     PINGPONG, RETURN_LSE, num_warps)),
                         (_producer, (q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_ready, k_ready, v_ready,
                                      kv_empty, seq_q_start + q_tile_start, q_head * HEAD_DIM, seq_k_start,
                                      kv_head * HEAD_DIM, num_blocks)),
                     ],
-                    [1],
-                    [24],
+                    [num_warps, 1],
+                    [CONSUMER_REGS, PRODUCER_REGS],
                 )  # fmt: skip
 
     @gluon.jit
@@ -334,7 +389,7 @@ if HAS_GLUON:
 
 
 def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, softmax_scale: float, causal: bool,
-                        seq_filter: int, decode_max_q: int):  # fmt: skip
+                        seq_filter: int, decode_max_q: int, pingpong: bool = True):  # fmt: skip
     """(kernel, grid, args, constexprs, options) of one warp-specialized prefill launch; `supports` must hold."""
     total_q, num_q_heads, head_dim = q.shape
     total_k, num_kv_heads = k.shape[0], k.shape[1]
@@ -357,6 +412,7 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, softmax_s
     constexprs = dict(
         GROUP=num_q_heads // num_kv_heads,
         CAUSAL=causal,
+        PINGPONG=pingpong,
         RETURN_LSE=lse is not None,
         SEQ_FILTER=seq_filter,
         DECODE_MAX_Q=decode_max_q,
