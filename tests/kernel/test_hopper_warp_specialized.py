@@ -45,11 +45,15 @@ def test_which_calls_take_the_warp_specialized_path(monkeypatch):
     assert _plan(inputs, s_aux=torch.ones(8, device=inputs.q.device)) == [PORTABLE]
     assert _plan(inputs, arch="ampere") == [PORTABLE]
     assert _plan(make_inputs([40], [40], num_heads=(8, 2), head_size=96)) == [PORTABLE], "padded head size"
-    assert _plan(make_inputs([40], [40], num_heads=(8, 2), head_size=64, kv_layout="paged")) == [PORTABLE]
-    assert _plan(make_inputs([40], [40], num_heads=(8, 2), head_size=64, use_seqused_k=True)) == [PORTABLE]
+    for layout in ("paged", "paged_kv_interleaved", "paged_heads_major"):
+        paged = make_inputs([40], [40], num_heads=(8, 2), head_size=64, kv_layout=layout)
+        assert _plan(paged) == [WS], f"{layout}: pages gathered by the producer warps"
+    odd_page = make_inputs([40], [40], num_heads=(8, 2), head_size=64, kv_layout="paged", block_size=24)
+    assert _plan(odd_page) == [PORTABLE], "a page that is not a power of two"
+    assert _plan(make_inputs([40], [40], num_heads=(8, 2), head_size=64, use_seqused_k=True)) == [WS]
     fp8_kv = make_inputs([40], [40], num_heads=(8, 2), head_size=64, kv_dtype=torch.float8_e4m3fn)
     assert _plan(fp8_kv)[0] == PORTABLE
-    mixed = make_inputs([40, 1, 1], [40, 30, 9], num_heads=(8, 2), head_size=64)
+    mixed = make_inputs([40, 1, 1], [40, 30, 9], num_heads=(8, 2), head_size=64, kv_layout="paged")
     assert _plan(mixed) == [WS, PORTABLE], "a mixed batch: prefill sequences here, decodes on decode tiles"
     packed = make_inputs([40], [40], num_heads=(8, 2), head_size=64, packed_qkv=True)
     assert _plan(packed) == [WS], "q/k/v as head slices of one tensor: row strides differ, descriptors cope"
@@ -89,3 +93,21 @@ def test_warp_specialized_prefill_packed_qkv_and_fp16(monkeypatch, dtype):
     assert _plan(inputs)[0] == WS
     atol, rtol = TOLERANCES[dtype]
     check_against_reference(inputs, atol, rtol, causal=True)
+
+
+@pytest.mark.skipif(not (ON_HOPPER and attention_hopper.HAS_GLUON), reason="Gluon kernels run on a Hopper GPU only")
+@pytest.mark.parametrize("kv_layout", ["paged", "paged_kv_interleaved", "paged_heads_major"])
+@pytest.mark.parametrize("block_size", [16, 64, 256])
+@pytest.mark.parametrize("head_size", [64, 128, 256])
+def test_warp_specialized_paged_prefill_matches_reference(monkeypatch, kv_layout, block_size, head_size):
+    """Pages gathered by cp.async: unused slots and spare blocks are NaN (zero-filled past the sequence, never read
+    past the block table), a chunked prefill whose queries are the last keys, decodes in the same batch."""
+    monkeypatch.setenv("TRITONFA_CONFIG", WS_CONFIG)
+    seqlens_q = [300, 1, 129, scaled(17, 700), 0, 64]
+    seqlens_k = [300, 40, 1000, scaled(50, 900), 7, 64]
+    inputs = make_inputs(seqlens_q, seqlens_k, num_heads=(32, 8), head_size=head_size, kv_layout=kv_layout,
+                         block_size=block_size)  # fmt: skip
+    assert _plan(inputs) == [WS, PORTABLE]
+    atol, rtol = TOLERANCES[torch.bfloat16]
+    check_against_reference(inputs, atol, rtol, causal=True)
+    check_against_reference(inputs, atol, rtol, causal=False)

@@ -177,16 +177,20 @@ def cross_compile_specs(arch: str) -> list[dict[str, Any]]:
 def _hopper_prefill_specs() -> list[dict[str, Any]]:
     """The warp-specialized Gluon prefill (config `warp_specialized`): every head size and mask, with and without
     lse, and once without ping-pong."""
-    choices = [(d, causal, True) for d in (64, 128, 256) for causal in (False, True)] + [(128, True, False)]
+    choices = [(d, causal, True, False) for d in (64, 128, 256) for causal in (False, True)]
+    choices += [(128, True, False, False)] + [(d, True, True, True) for d in (64, 128, 256)]
     specs = []
-    for head_dim, causal, pingpong in choices:
-        inputs = _meta_inputs("hopper", torch.bfloat16, torch.bfloat16, head_dim, paged=False, decode=False,
+    for head_dim, causal, pingpong, paged in choices:
+        inputs = _meta_inputs("hopper", torch.bfloat16, torch.bfloat16, head_dim, paged=paged, decode=False,
                               features=not causal)  # fmt: skip
         lse = inputs["lse"]
         fn, _, args, constexprs, options = attention_hopper.plan_hopper_prefill(
-            inputs["q"], inputs["k"], inputs["v"], inputs["out"], lse, inputs["cu_seqlens_q"], inputs["cu_seqlens_q"],
-            0.125, causal, 1, 16, pingpong,
+            inputs["q"], inputs["k"], inputs["v"], inputs["out"], lse, inputs["cu_seqlens_q"], inputs["cu_seqlens_k"],
+            inputs["seqused_k"], inputs["block_table"], 0.125, causal, 1, 16, pingpong,
         )  # fmt: skip
-        name = f"{fn.__name__}[hopper d{head_dim} CAUSAL={causal} RETURN_LSE={lse is not None} PINGPONG={pingpong}]"
+        name = (
+            f"{fn.__name__}[hopper d{head_dim} CAUSAL={causal} RETURN_LSE={lse is not None} PINGPONG={pingpong} "
+            f"PAGED={paged}]"
+        )
         specs.append(dict(name=name, fn=fn, bound_args=args, constexprs=constexprs, options=options, gluon=True))
     return specs

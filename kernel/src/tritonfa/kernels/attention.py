@@ -809,14 +809,14 @@ def plan_attention(
     prefill_config = select_config(arch, max(block_d, block_dv), max_seqlen_q, element_bytes)
     if arch == "hopper" and prefill_config.warp_specialized:
         features = dict(
-            seqused_k=seqused_k is not None, alibi=alibi_slopes is not None, bias=bias is not None,
+            alibi=alibi_slopes is not None, bias=bias is not None,
             sinks=s_aux is not None, descale=any(d is not None for d in (q_descale, k_descale, v_descale)),
             output_scale=output_scale is not None, softcap=softcap > 0.0, window=window_left >= 0 or window_right > 0,
         )  # fmt: skip
         if attention_hopper.supports(q, k, v, out, block_table is not None, features):
             fast = functools.partial(
-                _plan_hopper_prefill, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, softmax_scale,
-                window_right == 0, prefill_config.ws_pingpong,
+                _plan_hopper_prefill, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table,
+                softmax_scale, window_right == 0, prefill_config.ws_pingpong,
             )  # fmt: skip
             if num_seqs == 1:
                 return [fast(seq_filter=0)]
@@ -826,10 +826,12 @@ def plan_attention(
     return plan(prefill_config, seq_filter=1, num_splits=1) + plan(decode_config, seq_filter=2, num_splits=1)
 
 
-def _plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, softmax_scale, causal, pingpong, seq_filter):
+def _plan_hopper_prefill(
+    q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, softmax_scale, causal, pingpong, seq_filter
+):
     fn, grid, args, constexprs, options = attention_hopper.plan_hopper_prefill(
-        q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, softmax_scale, causal, seq_filter, DECODE_MAX_SEQLEN_Q,
-        pingpong,
+        q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, softmax_scale, causal, seq_filter,
+        DECODE_MAX_SEQLEN_Q, pingpong,
     )  # fmt: skip
     return KernelLaunch(fn, grid, args, constexprs, options)
 

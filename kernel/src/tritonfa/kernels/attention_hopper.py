@@ -26,6 +26,7 @@ try:  # Gluon ships with triton >= 3.5; without it the launcher never picks this
     from triton.experimental import gluon
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.language.nvidia.hopper import (
+        async_copy,
         fence_async_shared,
         mbarrier,
         tma,
@@ -45,10 +46,13 @@ LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453
 BLOCK_M = 128
 NUM_WARPS = 4  # warps of one consumer warpgroup (64 query rows); the kernel runs two of them and a producer warp
-CONSUMER_REGS = (
-    gl.constexpr(240) if HAS_GLUON else 240
-)  # registers per thread of the second consumer warpgroup (setmaxnreg)
-PRODUCER_REGS = gl.constexpr(24) if HAS_GLUON else 24  # registers per thread of the TMA producer warp
+# registers per thread (setmaxnreg) of the second consumer warpgroup and of the producer; the three warpgroups
+# share 512 per thread slot. A TMA producer needs few; a paged producer computes gathered addresses.
+CONSUMER_REGS = gl.constexpr(240) if HAS_GLUON else 240
+PRODUCER_REGS = gl.constexpr(24) if HAS_GLUON else 24
+CONSUMER_REGS_PAGED = gl.constexpr(224) if HAS_GLUON else 224
+PAGED_PRODUCER_REGS = gl.constexpr(64) if HAS_GLUON else 64
+PAGED_PRODUCER_WARPS = gl.constexpr(4) if HAS_GLUON else 4
 
 
 def tiles_for(head_dim: int) -> tuple[int, int]:
@@ -60,18 +64,26 @@ def tiles_for(head_dim: int) -> tuple[int, int]:
 
 def supports(q, k, v, out, paged: bool, features: dict) -> bool:
     """Whether this path computes the call exactly as the portable kernel would (else the launcher falls back)."""
-    if not HAS_GLUON or paged or any(features.values()):
+    if not HAS_GLUON or any(features.values()):
         return False
     if not (q.dtype == k.dtype == v.dtype and q.dtype in (torch.float16, torch.bfloat16)):
         return False
     head_dim = q.shape[-1]
     if head_dim not in (64, 128, 256) or k.shape[-1] != head_dim or v.shape[-1] != head_dim:
         return False
-    # 2-D descriptors over [tokens, heads * D]: heads and dims contiguous, rows 16-byte aligned
     if out.dtype != q.dtype or out.stride(2) != 1:
         return False
-    for t in (q, k, v):
-        if t.stride(2) != 1 or t.stride(1) != head_dim or (t.stride(0) * t.element_size()) % 16:
+    # q (and contiguous k/v): 2-D descriptors over [tokens, heads * D] need heads and dims contiguous, rows 16-byte
+    # aligned. Paged k/v ([blocks, page, Hk, D], any strides): 16-byte gathers need every stride a multiple of 8
+    # elements, and a page of 16+ keys that divides or is divided by a key block.
+    if q.stride(2) != 1 or q.stride(1) != head_dim or (q.stride(0) * q.element_size()) % 16:
+        return False
+    for t in (k, v):
+        if paged:
+            page = t.shape[1]
+            if t.stride(3) != 1 or any(t.stride(i) % 8 for i in range(3)) or page < 16 or page & (page - 1):
+                return False
+        elif t.stride(2) != 1 or t.stride(1) != head_dim or (t.stride(0) * t.element_size()) % 16:
             return False
     return True
 
@@ -107,6 +119,48 @@ if HAS_GLUON:
             _tma_load(k_desc, [k_row + j * BLOCK_N, kv_col], k_ready.index(s), k_bufs.index(s))
             mbarrier.expect(v_ready.index(s), v_desc.block_type.nbytes)
             _tma_load(v_desc, [k_row + j * BLOCK_N, kv_col], v_ready.index(s), v_bufs.index(s))
+
+    @gluon.jit
+    def _producer_paged(q_desc, q_smem, k_bufs, v_bufs, q_ready, k_ready, v_ready, kv_empty, q_row, q_col,
+                        k_ptr, v_ptr, block_table_ptr, seq, stride_bt_seq, num_cache_blocks, max_blocks, seq_k_len,
+                        kv_head, stride_k_blk, stride_k_slot, stride_k_head, stride_v_blk, stride_v_slot,
+                        stride_v_head, num_blocks, PAGE_SIZE: gl.constexpr):  # fmt: skip
+        # Paged K/V: each page's rows gathered with 16-byte cp.async into the swizzled slot; every producer thread
+        # arrives on the ready barrier once its copies land. Keys past the sequence are zero-filled.
+        STAGES: gl.constexpr = k_bufs.type.shape[0]
+        BLOCK_N: gl.constexpr = k_bufs.type.shape[1]
+        HEAD_DIM: gl.constexpr = k_bufs.type.shape[2]
+        CHUNK: gl.constexpr = PAGE_SIZE if PAGE_SIZE < BLOCK_N else BLOCK_N  # rows that share one block id
+        WARPS: gl.constexpr = gl.num_warps()
+        layout: gl.constexpr = gl.BlockedLayout([1, 8], [32 // (HEAD_DIM // 8), HEAD_DIM // 8], [WARPS, 1], [1, 0])
+        mbarrier.expect(q_ready, q_desc.block_type.nbytes)
+        _tma_load(q_desc, [q_row, q_col], q_ready, q_smem)
+        o_row = gl.arange(0, CHUNK, layout=gl.SliceLayout(1, layout))
+        o_d = gl.expand_dims(gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, layout)), 0)
+        table_row = block_table_ptr + seq.to(gl.int64) * stride_bt_seq
+        k_head = k_ptr + kv_head * stride_k_head
+        v_head = v_ptr + kv_head * stride_v_head
+        k_rows = gl.expand_dims(o_row, 1) * stride_k_slot + o_d  # [CHUNK, D] offsets within one page's chunk
+        v_rows = gl.expand_dims(o_row, 1) * stride_v_slot + o_d
+        for j in range(num_blocks):
+            s = j % STAGES
+            mbarrier.wait(kv_empty.index(s), ((j // STAGES) & 1) ^ 1)
+            for c in gl.static_range(BLOCK_N // CHUNK):
+                key0 = j * BLOCK_N + c * CHUNK
+                block_id = gl.load(table_row + gl.minimum(key0 // PAGE_SIZE, max_blocks - 1))
+                block_id = gl.minimum(gl.maximum(block_id, 0), num_cache_blocks - 1).to(gl.int64)
+                valid = gl.expand_dims(key0 + o_row < seq_k_len, 1)
+                p_k = k_head + (block_id * stride_k_blk + (key0 % PAGE_SIZE) * stride_k_slot) + k_rows
+                async_copy.async_copy_global_to_shared(k_bufs.index(s).slice(c * CHUNK, CHUNK), p_k, mask=valid)
+            async_copy.mbarrier_arrive(k_ready.index(s), increment_count=False)
+            for c in gl.static_range(BLOCK_N // CHUNK):
+                key0 = j * BLOCK_N + c * CHUNK
+                block_id = gl.load(table_row + gl.minimum(key0 // PAGE_SIZE, max_blocks - 1))
+                block_id = gl.minimum(gl.maximum(block_id, 0), num_cache_blocks - 1).to(gl.int64)
+                valid = gl.expand_dims(key0 + o_row < seq_k_len, 1)
+                p_v = v_head + (block_id * stride_v_blk + (key0 % PAGE_SIZE) * stride_v_slot) + v_rows
+                async_copy.async_copy_global_to_shared(v_bufs.index(s).slice(c * CHUNK, CHUNK), p_v, mask=valid)
+            async_copy.mbarrier_arrive(v_ready.index(s), increment_count=False)
 
     @gluon.jit
     def _wait_turn(turns, round, WG: gl.constexpr, PINGPONG: gl.constexpr):
@@ -181,7 +235,7 @@ if HAS_GLUON:
     def _consumer(q_tile_smem, k_bufs, v_bufs, q_ready, k_ready, v_ready, kv_empty, turns, out_ptr, lse_ptr,
                   seq_q_start, seq_q_len, q_tile_start, q_head, seq_k_len, num_blocks, qk_scale,
                   stride_o_tok, stride_o_head, stride_lse_head, ROW0: gl.constexpr, ROWS: gl.constexpr,
-                  CAUSAL: gl.constexpr, PINGPONG: gl.constexpr, RETURN_LSE: gl.constexpr,
+                  CAUSAL: gl.constexpr, PINGPONG: gl.constexpr, RETURN_LSE: gl.constexpr, ZERO_TAIL: gl.constexpr,
                   num_warps: gl.constexpr):  # fmt: skip
         # This warpgroup's ROWS query rows start at row ROW0 of the tile; both warpgroups walk the tile's blocks.
         q_smem = q_tile_smem.slice(ROW0, ROWS, dim=0)
@@ -239,7 +293,7 @@ if HAS_GLUON:
                                              s_layout, o_layout, p_layout, WG, PINGPONG)  # fmt: skip
         last = num_blocks - 1
         mbarrier.wait(v_ready.index(last % STAGES), (last // STAGES) & 1)
-        if (last + 1) * BLOCK_N > seq_k_len:
+        if ZERO_TAIL and (last + 1) * BLOCK_N > seq_k_len:
             # The last block runs past the sequence: its V rows there belong to the next sequence or to whatever
             # follows the last one, and P = 0 does not cancel a non-finite value. Zero them before P@V.
             _zero_rows_from(v_bufs.index(last % STAGES), seq_k_len - last * BLOCK_N, num_warps)
@@ -271,33 +325,50 @@ if HAS_GLUON:
                           seq_q_start, seq_q_len, q_tile_start, q_head, seq_k_len, num_blocks, qk_scale,
                           stride_o_tok, stride_o_head, stride_lse_head, ROW0: gl.constexpr, ROWS: gl.constexpr,
                           CAUSAL: gl.constexpr, PINGPONG: gl.constexpr, RETURN_LSE: gl.constexpr,
-                          num_warps: gl.constexpr):  # fmt: skip
+                          ZERO_TAIL: gl.constexpr, num_warps: gl.constexpr):  # fmt: skip
         # the default partition of gl.warp_specialize must return a tuple
         _consumer(q_tile_smem, k_bufs, v_bufs, q_ready, k_ready, v_ready, kv_empty, turns, out_ptr, lse_ptr,
                   seq_q_start, seq_q_len, q_tile_start, q_head, seq_k_len, num_blocks, qk_scale, stride_o_tok,
-                  stride_o_head, stride_lse_head, ROW0, ROWS, CAUSAL, PINGPONG, RETURN_LSE, num_warps)  # fmt: skip
+                  stride_o_head, stride_lse_head, ROW0, ROWS, CAUSAL, PINGPONG, RETURN_LSE, ZERO_TAIL,
+                  num_warps)  # fmt: skip
         return ()
 
     @gluon.jit(do_not_specialize=["num_seqs", "total_q", "total_k"])
     def attention_fwd_hopper_kernel(
         q_desc,  # q as [total_q, Hq * D], blocks [BLOCK_M, D]
-        k_desc,  # k as [total_k, Hk * D], blocks [BLOCK_N, D]
-        v_desc,  # v as [total_k, Hk * D], blocks [BLOCK_N, D]
+        k_desc,  # k as [total_k, Hk * D], blocks [BLOCK_N, D] (PAGED: only its block shape and layout are used)
+        v_desc,  # v as [total_k, Hk * D], blocks [BLOCK_N, D] (PAGED: as k_desc)
+        k_ptr,  # PAGED: [num_cache_blocks, PAGE_SIZE, Hk, D] (any strides, D contiguous); else unused
+        v_ptr,  # PAGED: as k_ptr
         out_ptr,  # [total_q, Hq, D]
         lse_ptr,  # [Hq, total_q] fp32 (RETURN_LSE)
         cu_seqlens_q_ptr,  # [batch + 1] int32
-        cu_seqlens_k_ptr,  # [batch + 1] int32
+        cu_seqlens_k_ptr,  # [batch + 1] int32 (contiguous K/V)
+        seqused_k_ptr,  # [batch] int32 (HAS_SEQUSED)
+        block_table_ptr,  # [batch, max_blocks] int32 (PAGED)
         num_seqs,
         total_q,  # rows of q / out: no store goes past them, whatever cu_seqlens_q holds
-        total_k,  # rows of k / v
+        total_k,  # rows of contiguous k / v
+        num_cache_blocks,  # PAGED: blocks in the cache (block ids are clamped to them)
+        max_blocks,  # PAGED: block-table columns
         softmax_scale,
         stride_o_tok,
         stride_o_head,
         stride_lse_head,
+        stride_bt_seq,
+        stride_k_blk,
+        stride_k_slot,
+        stride_k_head,
+        stride_v_blk,
+        stride_v_slot,
+        stride_v_head,
         GROUP: gl.constexpr,  # q heads per kv head
         CAUSAL: gl.constexpr,
         PINGPONG: gl.constexpr,  # the consumer warpgroups alternate their wgmma issue (see _wait_turn)
         RETURN_LSE: gl.constexpr,
+        PAGED: gl.constexpr,
+        PAGE_SIZE: gl.constexpr,
+        HAS_SEQUSED: gl.constexpr,
         SEQ_FILTER: gl.constexpr,  # 0 all sequences, 1 only those with more than DECODE_MAX_Q queries
         DECODE_MAX_Q: gl.constexpr,
         STAGES: gl.constexpr,
@@ -320,9 +391,17 @@ if HAS_GLUON:
             skip = skip | (seq_q_len <= DECODE_MAX_Q)
         if not skip:
             q_tile_start = (tiles_in_seq - 1 - tile_in_seq) * BLOCK_M  # last tiles first
-            seq_k_start = gl.minimum(gl.maximum(gl.load(cu_seqlens_k_ptr + seq), 0), total_k)
-            seq_k_len = gl.load(cu_seqlens_k_ptr + seq + 1) - gl.load(cu_seqlens_k_ptr + seq)
-            seq_k_len = gl.minimum(gl.maximum(seq_k_len, 0), total_k - seq_k_start)
+            if HAS_SEQUSED:
+                seq_k_len = gl.load(seqused_k_ptr + seq)
+            else:
+                seq_k_len = gl.load(cu_seqlens_k_ptr + seq + 1) - gl.load(cu_seqlens_k_ptr + seq)
+            if PAGED:
+                seq_k_start = 0
+                seq_k_cap = max_blocks * PAGE_SIZE  # keys the block table can address
+            else:
+                seq_k_start = gl.minimum(gl.maximum(gl.load(cu_seqlens_k_ptr + seq), 0), total_k)
+                seq_k_cap = total_k - seq_k_start
+            seq_k_len = gl.minimum(gl.maximum(seq_k_len, 0), seq_k_cap)
             diagonal = seq_k_len - seq_q_len
             q_last = gl.minimum(q_tile_start + BLOCK_M, seq_q_len) - 1
             if CAUSAL:
@@ -345,30 +424,56 @@ if HAS_GLUON:
                 mbarrier.init(turns.index(0), count=1)
                 mbarrier.init(turns.index(1), count=1)
                 mbarrier.init(q_ready, count=1)
+                # TMA: one expect-tx arrival per slot; paged: every producer thread's cp.async arrival
+                READY_COUNT: gl.constexpr = 32 * PAGED_PRODUCER_WARPS if PAGED else 1
                 for i in gl.static_range(STAGES):
-                    mbarrier.init(k_ready.index(i), count=1)
-                    mbarrier.init(v_ready.index(i), count=1)
+                    mbarrier.init(k_ready.index(i), count=READY_COUNT)
+                    mbarrier.init(v_ready.index(i), count=READY_COUNT)
                     mbarrier.init(kv_empty.index(i), count=2)  # both consumer warpgroups hand a slot back
                 qk_scale = softmax_scale * 1.4426950408889634  # log2 domain: exp2 with the scale folded in
                 HALF: gl.constexpr = BLOCK_M // 2
                 FIRST: gl.constexpr = 0
-                gl.warp_specialize(
-                    [
-                        (_consumer_default, (q_smem, k_bufs, v_bufs, q_ready, k_ready, v_ready, kv_empty, turns,
-                                             out_ptr, lse_ptr, seq_q_start, seq_q_len, q_tile_start, q_head,
-                                             seq_k_len, num_blocks, qk_scale, stride_o_tok, stride_o_head,
-                                             stride_lse_head, FIRST, HALF, CAUSAL, PINGPONG, RETURN_LSE, num_warps)),
-                        (_consumer, (q_smem, k_bufs, v_bufs, q_ready, k_ready, v_ready, kv_empty, turns, out_ptr,
-                                     lse_ptr, seq_q_start, seq_q_len, q_tile_start, q_head, seq_k_len, num_blocks,
-                                     qk_scale, stride_o_tok, stride_o_head, stride_lse_head, HALF, HALF, CAUSAL,
-                                     PINGPONG, RETURN_LSE, num_warps)),
-                        (_producer, (q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_ready, k_ready, v_ready,
-                                     kv_empty, seq_q_start + q_tile_start, q_head * HEAD_DIM, seq_k_start,
-                                     kv_head * HEAD_DIM, num_blocks)),
-                    ],
-                    [num_warps, 1],
-                    [CONSUMER_REGS, PRODUCER_REGS],
-                )  # fmt: skip
+                ZERO_TAIL: gl.constexpr = not PAGED  # paged copies zero-fill keys past the sequence themselves
+                if PAGED:
+                    gl.warp_specialize(
+                        [
+                            (_consumer_default, (q_smem, k_bufs, v_bufs, q_ready, k_ready, v_ready, kv_empty, turns,
+                                                 out_ptr, lse_ptr, seq_q_start, seq_q_len, q_tile_start, q_head,
+                                                 seq_k_len, num_blocks, qk_scale, stride_o_tok, stride_o_head,
+                                                 stride_lse_head, FIRST, HALF, CAUSAL, PINGPONG, RETURN_LSE,
+                                                 ZERO_TAIL, num_warps)),
+                            (_consumer, (q_smem, k_bufs, v_bufs, q_ready, k_ready, v_ready, kv_empty, turns,
+                                         out_ptr, lse_ptr, seq_q_start, seq_q_len, q_tile_start, q_head, seq_k_len,
+                                         num_blocks, qk_scale, stride_o_tok, stride_o_head, stride_lse_head, HALF,
+                                         HALF, CAUSAL, PINGPONG, RETURN_LSE, ZERO_TAIL, num_warps)),
+                            (_producer_paged, (q_desc, q_smem, k_bufs, v_bufs, q_ready, k_ready, v_ready, kv_empty,
+                                               seq_q_start + q_tile_start, q_head * HEAD_DIM, k_ptr, v_ptr,
+                                               block_table_ptr, seq, stride_bt_seq, num_cache_blocks, max_blocks,
+                                               seq_k_len, kv_head, stride_k_blk, stride_k_slot, stride_k_head,
+                                               stride_v_blk, stride_v_slot, stride_v_head, num_blocks, PAGE_SIZE)),
+                        ],
+                        [num_warps, PAGED_PRODUCER_WARPS],
+                        [CONSUMER_REGS_PAGED, PAGED_PRODUCER_REGS],
+                    )  # fmt: skip
+                else:
+                    gl.warp_specialize(
+                        [
+                            (_consumer_default, (q_smem, k_bufs, v_bufs, q_ready, k_ready, v_ready, kv_empty, turns,
+                                                 out_ptr, lse_ptr, seq_q_start, seq_q_len, q_tile_start, q_head,
+                                                 seq_k_len, num_blocks, qk_scale, stride_o_tok, stride_o_head,
+                                                 stride_lse_head, FIRST, HALF, CAUSAL, PINGPONG, RETURN_LSE,
+                                                 ZERO_TAIL, num_warps)),
+                            (_consumer, (q_smem, k_bufs, v_bufs, q_ready, k_ready, v_ready, kv_empty, turns,
+                                         out_ptr, lse_ptr, seq_q_start, seq_q_len, q_tile_start, q_head, seq_k_len,
+                                         num_blocks, qk_scale, stride_o_tok, stride_o_head, stride_lse_head, HALF,
+                                         HALF, CAUSAL, PINGPONG, RETURN_LSE, ZERO_TAIL, num_warps)),
+                            (_producer, (q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_ready, k_ready, v_ready,
+                                         kv_empty, seq_q_start + q_tile_start, q_head * HEAD_DIM, seq_k_start,
+                                         kv_head * HEAD_DIM, num_blocks)),
+                        ],
+                        [num_warps, 1],
+                        [CONSUMER_REGS, PRODUCER_REGS],
+                    )  # fmt: skip
 
     @gluon.jit
     def _store_empty(out_ptr, lse_ptr, seq_q_start, seq_q_len, q_tile_start, q_head, stride_o_tok, stride_o_head,
@@ -388,11 +493,13 @@ if HAS_GLUON:
             gl.store(lse_ptr + q_head.to(gl.int64) * stride_lse_head + i_tok, lse, mask=o_row < seq_q_len)
 
 
-def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, softmax_scale: float, causal: bool,
-                        seq_filter: int, decode_max_q: int, pingpong: bool = True):  # fmt: skip
+def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table,
+                        softmax_scale: float, causal: bool, seq_filter: int, decode_max_q: int,
+                        pingpong: bool = True):  # fmt: skip
     """(kernel, grid, args, constexprs, options) of one warp-specialized prefill launch; `supports` must hold."""
     total_q, num_q_heads, head_dim = q.shape
-    total_k, num_kv_heads = k.shape[0], k.shape[1]
+    paged = block_table is not None
+    num_kv_heads = k.shape[-2]
     num_seqs = cu_seqlens_q.shape[0] - 1
     block_n, stages = tiles_for(head_dim)
     dtype = gl.float16 if q.dtype == torch.float16 else gl.bfloat16
@@ -402,18 +509,35 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, softmax_s
         layout = gl.NVMMASharedLayout.get_default_for([rows, head_dim], dtype)
         return GluonTensorDescriptor(t, flat_shape, [t.stride(0), 1], [rows, head_dim], layout)
 
+    if paged:
+        k_desc = v_desc = descriptor(q, block_n)  # for the slots' shape and swizzle only: K/V are gathered
+        kv_strides = (k.stride(0), k.stride(1), k.stride(2), v.stride(0), v.stride(1), v.stride(2))
+        page_size, num_cache_blocks, max_blocks = k.shape[1], k.shape[0], block_table.shape[1]
+        total_k = 0
+    else:
+        k_desc, v_desc = descriptor(k, block_n), descriptor(v, block_n)
+        kv_strides = (0,) * 6
+        page_size, num_cache_blocks, max_blocks = 1, 1, 1
+        total_k = k.shape[0]
     grid = (num_q_heads, total_q // BLOCK_M + num_seqs)
     args = (
-        descriptor(q, BLOCK_M), descriptor(k, block_n), descriptor(v, block_n),
-        out, lse if lse is not None else out, cu_seqlens_q, cu_seqlens_k,
-        num_seqs, total_q, total_k, float(softmax_scale),
+        descriptor(q, BLOCK_M), k_desc, v_desc,
+        k if paged else out, v if paged else out, out, lse if lse is not None else out,
+        cu_seqlens_q, cu_seqlens_k if cu_seqlens_k is not None else cu_seqlens_q,
+        seqused_k if seqused_k is not None else cu_seqlens_q,
+        block_table if paged else cu_seqlens_q,
+        num_seqs, total_q, total_k, num_cache_blocks, max_blocks, float(softmax_scale),
         out.stride(0), out.stride(1), lse.stride(0) if lse is not None else 0,
+        block_table.stride(0) if paged else 0, *kv_strides,
     )  # fmt: skip
     constexprs = dict(
         GROUP=num_q_heads // num_kv_heads,
         CAUSAL=causal,
         PINGPONG=pingpong,
         RETURN_LSE=lse is not None,
+        PAGED=paged,
+        PAGE_SIZE=page_size,
+        HAS_SEQUSED=seqused_k is not None,
         SEQ_FILTER=seq_filter,
         DECODE_MAX_Q=decode_max_q,
         STAGES=stages,
