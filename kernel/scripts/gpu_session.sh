@@ -8,7 +8,8 @@
 #   variants:PLAN:ONLY:VARIANTS  one variants.py call (ONLY and VARIANTS comma lists with '+' for ',')
 #   ws-tests               the warp-specialized Gluon prefill's own tests (Hopper); when they pass, the steps after
 #                          it run with that path on (TRITONFA_CONFIG), so the suite and memcheck cover it
-#   mask-cost              bounds on vs off (kernel/scripts/mask_cost.py, MASK_COST_ROUNDS rounds, default 3)
+#   mask-cost              bounds on vs off (kernel/scripts/mask_cost.py, MASK_COST_ROUNDS rounds, default 3;
+#                          MASK_COST_CONFIG: TRITONFA_CONFIG for it)
 #   verify                 GPU test suite, memcheck, benchmark (gpu_verify.sh; PEER_PYTHONPATH / PEER_READY)
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
@@ -34,8 +35,9 @@ export PYTHONPATH="$PWD/kernel/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=
           -v --tb=short -p no:cacheprovider -rfEs 2>&1 | tee "$out/ws_tests.log" | tail -n 30; then
           export TRITONFA_CONFIG="$ws"
         fi ;;
-      mask-cost) python3 kernel/scripts/mask_cost.py --rounds "${MASK_COST_ROUNDS:-3}" --out "$out/mask_cost" 2>&1 |
-        tail -n 30 ;;
+      mask-cost)  # MASK_COST_CONFIG: the TRITONFA_CONFIG of both sides (its patches cover the portable kernel)
+        TRITONFA_CONFIG="${MASK_COST_CONFIG:-${TRITONFA_CONFIG:-}}" python3 kernel/scripts/mask_cost.py \
+          --rounds "${MASK_COST_ROUNDS:-3}" --out "$out/mask_cost" 2>&1 | tail -n 30 ;;
       verify) bash kernel/scripts/gpu_verify.sh "$out" ;;
       *) echo "unknown step $step" ;;
     esac

@@ -18,6 +18,13 @@ from attn_testing import (
 from tritonfa.kernels.attention import plan_attention
 
 
+@pytest.fixture(autouse=True)
+def _portable_kernel(monkeypatch):
+    """These tests check the portable kernel's Hopper paths; on a Hopper GPU the Gluon prefill would take the calls
+    (tests/kernel/test_hopper_warp_specialized.py covers it). A test that sets its own config replaces this."""
+    monkeypatch.setenv("TRITONFA_CONFIG", '{"hopper": {"warp_specialized": false}}')
+
+
 def _plan(inputs, arch, **kwargs):
     """The launches the launcher would make for `inputs` (nothing runs)."""
     args = dict(

@@ -15,16 +15,21 @@ ON_HOPPER = ON_GPU and torch.cuda.get_device_capability()[0] == 9 and not torch.
 WS_CONFIG = '{"hopper": {"warp_specialized": true}}'
 
 
-def _plan(inputs, **kwargs):
-    args = dict(
+def _args(inputs):
+    return dict(
         q=inputs.q, k=inputs.k, v=inputs.v, out=torch.empty_like(inputs.q), lse=None,
         cu_seqlens_q=inputs.cu_seqlens_q, cu_seqlens_k=inputs.cu_seqlens_k, seqused_k=inputs.seqused_k,
         block_table=inputs.block_table, alibi_slopes=None, bias=None, s_aux=None, q_descale=None, k_descale=None,
         v_descale=None, output_scale=None, max_seqlen_q=inputs.max_seqlen_q, max_seqlen_k=inputs.max_seqlen_k,
         softmax_scale=0.125, window_left=-1, window_right=0, softcap=0.0, arch="hopper",
     )  # fmt: skip
-    args.update(kwargs)
-    return [launch.fn.__name__ for launch in plan_attention(**args)]
+
+
+def _plan(inputs, **kwargs):
+    args = {**_args(inputs), **kwargs}
+    # on meta tensors, as CI's cross-compile plans: the choice must not depend on where this test runs
+    meta = {name: value.to("meta") if isinstance(value, torch.Tensor) else value for name, value in args.items()}
+    return [launch.fn.__name__ for launch in plan_attention(**meta)]
 
 
 WS = "attention_fwd_hopper_kernel"
@@ -58,7 +63,11 @@ def test_which_calls_take_the_warp_specialized_path(monkeypatch):
     packed = make_inputs([40], [40], num_heads=(8, 2), head_size=64, packed_qkv=True)
     assert _plan(packed) == [WS], "q/k/v as head slices of one tensor: row strides differ, descriptors cope"
     monkeypatch.delenv("TRITONFA_CONFIG")
-    assert _plan(inputs) == [PORTABLE], "opt-in"
+    assert _plan(inputs) == [WS], "on by default on Hopper"
+    on_cpu = plan_attention(**{**_args(inputs), "q": inputs.q.cpu(), "k": inputs.k.cpu(), "v": inputs.v.cpu()})
+    assert [launch.fn.__name__ for launch in on_cpu] == [PORTABLE], "the interpreter cannot run Gluon"
+    monkeypatch.setenv("TRITONFA_CONFIG", '{"hopper": {"warp_specialized": false}}')
+    assert _plan(inputs) == [PORTABLE], "and off by config"
 
 
 @pytest.mark.skipif(not (ON_HOPPER and attention_hopper.HAS_GLUON), reason="Gluon kernels run on a Hopper GPU only")

@@ -96,10 +96,12 @@ def native_fp8_dot(arch: str, dtype: torch.dtype) -> bool:
 # (arch, decode) -> {padded head size upper bound: config}; the first bound >= the padded head size wins.
 _TABLE: dict[tuple[str, bool], dict[int, AttentionConfig]] = {
     # Hopper: chosen by the config sweep recorded in PERF_NOTES.md (H200, 2026-12-02).
+    # warp_specialized: the Gluon kernel takes the calls it covers (H200, session 5: b8x2048 causal 0.717 -> 0.600 ms,
+    # paged 0.864 -> 0.720, D 256 0.680 -> 0.582; kernel/results/2026-12-03-h200-session5)
     ("hopper", False): {
-        64: AttentionConfig(128, 64, 8, 3, pack_gqa=True, tma=True),
-        128: AttentionConfig(128, 64, 8, 3, pack_gqa=True, tma=True),
-        256: AttentionConfig(128, 64, 8, 2, pack_gqa=True, tma=True),
+        64: AttentionConfig(128, 64, 8, 3, pack_gqa=True, tma=True, warp_specialized=True),
+        128: AttentionConfig(128, 64, 8, 3, pack_gqa=True, tma=True, warp_specialized=True),
+        256: AttentionConfig(128, 64, 8, 2, pack_gqa=True, tma=True, warp_specialized=True),
     },
     ("hopper", True): {
         # d64: 16x64 tiles with 5 stages took 0.083 ms vs 0.100 ms for 16x128 (b64 x 2048 paged, H200;

@@ -7,6 +7,10 @@ signatures and constexprs the launcher would use.
 
 from __future__ import annotations
 
+import functools
+import itertools
+import json
+import os
 from typing import Any
 
 import torch
@@ -122,56 +126,74 @@ def cross_compile_specs(arch: str) -> list[dict[str, Any]]:
     """
     specs: dict[str, dict[str, Any]] = {}
     head_dims = sorted({bound for bound, _ in all_configs(arch)})
-    for head_dim in head_dims:
-        for variant in _variants(arch):
-            for decode in (False, True):
-                inputs = _meta_inputs(arch, head_dim=head_dim, decode=decode, **variant)
-                for launch in plan_attention(**inputs):
-                    signature, constexprs, attrs = _signature(launch)
-                    c = launch.constexprs
-                    name = (
-                        f"{launch.fn.__name__}[{arch} d{head_dim} "
-                        + " ".join(
-                            f"{key}={value}"
-                            for key, value in sorted(c.items())
-                            if key
-                            in (
-                                "BLOCK_M",
-                                "BLOCK_N",
-                                "PAGED",
-                                "USE_TMA",
-                                "SPLIT_KV",
-                                "SEQ_FILTER",
-                                "QK_DTYPE",
-                                "PV_DTYPE",
-                                "HAS_BIAS",
-                                "BLOCK_DV",
-                                "HAS_OUT_SCALE",
-                                "SCALE_Q",
-                                "PAGE_SIZE",
-                            )
-                        )  # fmt: skip
-                        + f" w{launch.options['num_warps']} s{launch.options['num_stages']}]"
+    # Hopper plans twice: as configured, and with the Gluon prefill off (the portable kernel's prefill paths stay
+    # reachable through TRITONFA_CONFIG and for the calls Gluon does not cover)
+    portable_only = {"hopper": {"warp_specialized": False}}
+    plans = [plan_attention]
+    if arch == "hopper":
+        plans.append(functools.partial(_plan_with_override, json.dumps(portable_only)))
+    for head_dim, variant, decode, plan in itertools.product(head_dims, _variants(arch), (False, True), plans):
+        inputs = _meta_inputs(arch, head_dim=head_dim, decode=decode, **variant)
+        for launch in plan(**inputs):
+            if attention_hopper.HAS_GLUON and launch.fn is attention_hopper.attention_fwd_hopper_kernel:
+                continue  # Gluon: compiled from bound arguments, every variant in _hopper_prefill_specs
+            signature, constexprs, attrs = _signature(launch)
+            c = launch.constexprs
+            name = (
+                f"{launch.fn.__name__}[{arch} d{head_dim} "
+                + " ".join(
+                    f"{key}={value}"
+                    for key, value in sorted(c.items())
+                    if key
+                    in (
+                        "BLOCK_M",
+                        "BLOCK_N",
+                        "PAGED",
+                        "USE_TMA",
+                        "SPLIT_KV",
+                        "SEQ_FILTER",
+                        "QK_DTYPE",
+                        "PV_DTYPE",
+                        "HAS_BIAS",
+                        "BLOCK_DV",
+                        "HAS_OUT_SCALE",
+                        "SCALE_Q",
+                        "PAGE_SIZE",
                     )
-                    # The sequence filter of a mixed batch's two launches changes a few scalar branches: one of
-                    # each tile shape is enough to prove the code compiles.
-                    shape_constexprs = {k: v for k, v in c.items() if k not in ("SEQ_FILTER", "TILES_PER_SEQ")}
-                    key = repr((launch.fn.__name__, sorted(signature.items()), sorted(shape_constexprs.items()),
-                                sorted(attrs), launch.options))  # fmt: skip
-                    specs.setdefault(
-                        key,
-                        dict(
-                            name=name,
-                            fn=launch.fn,
-                            signature=signature,
-                            constexprs=constexprs,
-                            attrs=attrs,
-                            options=launch.options,
-                        ),
-                    )
+                )  # fmt: skip
+                + f" w{launch.options['num_warps']} s{launch.options['num_stages']}]"
+            )
+            # The sequence filter of a mixed batch's two launches changes a few scalar branches: one of
+            # each tile shape is enough to prove the code compiles.
+            shape_constexprs = {k: v for k, v in c.items() if k not in ("SEQ_FILTER", "TILES_PER_SEQ")}
+            key = repr((launch.fn.__name__, sorted(signature.items()), sorted(shape_constexprs.items()),
+                        sorted(attrs), launch.options))  # fmt: skip
+            specs.setdefault(
+                key,
+                dict(
+                    name=name,
+                    fn=launch.fn,
+                    signature=signature,
+                    constexprs=constexprs,
+                    attrs=attrs,
+                    options=launch.options,
+                ),
+            )
     if arch == "hopper" and attention_hopper.HAS_GLUON:
         specs.update({spec["name"]: spec for spec in _hopper_prefill_specs()})
     return list(specs.values())
+
+
+def _plan_with_override(override: str, **inputs) -> list[KernelLaunch]:
+    previous = os.environ.get("TRITONFA_CONFIG")
+    os.environ["TRITONFA_CONFIG"] = override
+    try:
+        return plan_attention(**inputs)
+    finally:
+        if previous is None:
+            del os.environ["TRITONFA_CONFIG"]
+        else:
+            os.environ["TRITONFA_CONFIG"] = previous
 
 
 def _hopper_prefill_specs() -> list[dict[str, Any]]:

@@ -66,6 +66,8 @@ def supports(q, k, v, out, paged: bool, features: dict) -> bool:
     """Whether this path computes the call exactly as the portable kernel would (else the launcher falls back)."""
     if not HAS_GLUON or any(features.values()):
         return False
+    if q.device.type not in ("cuda", "meta"):  # Gluon does not run in the interpreter (meta: CI's cross-compile)
+        return False
     if not (q.dtype == k.dtype == v.dtype and q.dtype in (torch.float16, torch.bfloat16)):
         return False
     head_dim = q.shape[-1]
