@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from attn_testing import make_inputs, random_bias, run_kernel
+from attn_testing import ON_GPU, make_inputs, random_bias, run_kernel
 
 REPO = Path(__file__).resolve().parents[2]
 TOOL_PATH = REPO / "kernel" / "scripts" / "mask_cost.py"
@@ -124,6 +124,7 @@ def test_a_pattern_not_found_once_stops_the_tool(tmp_path, monkeypatch, capsys):
     assert not (tmp_path / "out" / "mask_cost.json").exists()
 
 
+@pytest.mark.skipif(ON_GPU, reason="runs the bench's CPU mode (the interpreter); the CPU suite runs it")
 def test_cpu_dry_run_end_to_end(tmp_path):
     """Two bench processes (one round, one tiny workload) in the interpreter; the report has both sides."""
     env = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}

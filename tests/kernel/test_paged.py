@@ -34,6 +34,8 @@ def test_64_bit_cache_offsets(monkeypatch, kv_layout):
     """Caches past 2^31 elements per view take 64-bit address math (the 32-bit variant is the default): forced
     here by lowering the limit, prefill and decode rows in one call."""
     monkeypatch.setattr(attention, "CACHE_OFFSETS_32_LIMIT", 0)
+    # the portable kernel's variant (Hopper's Gluon prefill computes 64-bit page offsets always)
+    monkeypatch.setenv("TRITONFA_CONFIG", '{"hopper": {"warp_specialized": false}}')
     inputs = make_inputs([17, 1, 40], [scaled(63, 700), scaled(129, 900), 40], num_heads=(4, 2), head_size=64,
                          kv_layout=kv_layout, block_size=16)  # fmt: skip
     launches = attention.plan_attention(

@@ -35,7 +35,7 @@ class AttentionConfig:
     waves_per_eu: int = 0  # AMD only: occupancy hint, 0 = compiler default
     tma: bool = False  # contiguous K/V through tensor descriptors (Hopper's TMA) instead of pointer loads
     fp8_q_for_fp8_kv: bool = False  # opt-in: a 16-bit q with an fp8 KV cache is rounded to fp8 (per-row scale)
-    tma_key_major_v: bool = False  # with tma: fp8 V's key-major copy through a descriptor too (unmeasured: opt-in)
+    tma_key_major_v: bool = False  # with tma: fp8 V's key-major copy through a descriptor too (Hopper: on)
     k_rows: bool = False  # pointer loads of K as rows like V (paged prefill: fewer address instructions; unmeasured)
     # Hopper prefill: calls the warp-specialized Gluon kernel covers (kernels/attention_hopper.py) go there
     warp_specialized: bool = False
@@ -98,10 +98,12 @@ _TABLE: dict[tuple[str, bool], dict[int, AttentionConfig]] = {
     # Hopper: chosen by the config sweep recorded in PERF_NOTES.md (H200, 2026-12-02).
     # warp_specialized: the Gluon kernel takes the calls it covers (H200, session 5: b8x2048 causal 0.717 -> 0.600 ms,
     # paged 0.864 -> 0.720, D 256 0.680 -> 0.582; kernel/results/2026-12-03-h200-session5)
+    # tma_key_major_v: fp8 prefill reads V's key-major copy through descriptors (b8x2048 causal 1.206 -> 0.799 ms,
+    # fp8 KV 1.519 -> 1.120; same run)
     ("hopper", False): {
-        64: AttentionConfig(128, 64, 8, 3, pack_gqa=True, tma=True, warp_specialized=True),
-        128: AttentionConfig(128, 64, 8, 3, pack_gqa=True, tma=True, warp_specialized=True),
-        256: AttentionConfig(128, 64, 8, 2, pack_gqa=True, tma=True, warp_specialized=True),
+        64: AttentionConfig(128, 64, 8, 3, pack_gqa=True, tma=True, warp_specialized=True, tma_key_major_v=True),
+        128: AttentionConfig(128, 64, 8, 3, pack_gqa=True, tma=True, warp_specialized=True, tma_key_major_v=True),
+        256: AttentionConfig(128, 64, 8, 2, pack_gqa=True, tma=True, warp_specialized=True, tma_key_major_v=True),
     },
     ("hopper", True): {
         # d64: 16x64 tiles with 5 stages took 0.083 ms vs 0.100 ms for 16x128 (b64 x 2048 paged, H200;

@@ -335,7 +335,14 @@ if HAS_GLUON:
                   num_warps)  # fmt: skip
         return ()
 
-    @gluon.jit(do_not_specialize=["num_seqs", "total_q", "total_k"])
+    # Lengths, counts and the widths they set (block table, lse rows) change per batch: not specialized, so a new
+    # batch never compiles a new variant (vLLM warms up once; CUDA graphs replay)
+    @gluon.jit(
+        do_not_specialize=[
+            "num_seqs", "total_q", "total_k", "num_cache_blocks", "max_blocks", "softmax_scale", "stride_lse_head",
+            "stride_bt_seq",
+        ]
+    )  # fmt: skip
     def attention_fwd_hopper_kernel(
         q_desc,  # q as [total_q, Hq * D], blocks [BLOCK_M, D]
         k_desc,  # k as [total_k, Hk * D], blocks [BLOCK_N, D] (PAGED: only its block shape and layout are used)
