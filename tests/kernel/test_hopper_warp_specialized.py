@@ -53,6 +53,12 @@ def test_which_calls_take_the_warp_specialized_path(monkeypatch):
     for layout in ("paged", "paged_kv_interleaved", "paged_heads_major"):
         paged = make_inputs([40], [40], num_heads=(8, 2), head_size=64, kv_layout=layout)
         assert _plan(paged) == [WS], f"{layout}: pages gathered by the producer warps"
+    misaligned = make_inputs([40], [40], num_heads=(8, 2), head_size=64)
+    shifted_q = torch.empty(misaligned.q.numel() + 1, dtype=misaligned.q.dtype)[1:].view(misaligned.q.shape)
+    assert attention_hopper.supports(misaligned.q.cpu(), misaligned.k.cpu(), misaligned.v.cpu(), misaligned.q.cpu(),
+                                     False, {})  # fmt: skip
+    assert not attention_hopper.supports(shifted_q, misaligned.k.cpu(), misaligned.v.cpu(), misaligned.q.cpu(), False,
+                                         {}), "q starting 2 bytes past a 16-byte boundary"  # fmt: skip
     odd_page = make_inputs([40], [40], num_heads=(8, 2), head_size=64, kv_layout="paged", block_size=24)
     assert _plan(odd_page) == [PORTABLE], "a page that is not a power of two"
     assert _plan(make_inputs([40], [40], num_heads=(8, 2), head_size=64, use_seqused_k=True)) == [WS]

@@ -66,8 +66,6 @@ def supports(q, k, v, out, paged: bool, features: dict) -> bool:
     """Whether this path computes the call exactly as the portable kernel would (else the launcher falls back)."""
     if not HAS_GLUON or any(features.values()):
         return False
-    if q.device.type not in ("cuda", "meta"):  # Gluon does not run in the interpreter (meta: CI's cross-compile)
-        return False
     if not (q.dtype == k.dtype == v.dtype and q.dtype in (torch.float16, torch.bfloat16)):
         return False
     head_dim = q.shape[-1]
@@ -78,6 +76,8 @@ def supports(q, k, v, out, paged: bool, features: dict) -> bool:
     # q (and contiguous k/v): 2-D descriptors over [tokens, heads * D] need heads and dims contiguous, rows 16-byte
     # aligned. Paged k/v ([blocks, page, Hk, D], any strides): 16-byte gathers need every stride a multiple of 8
     # elements, and a page of 16+ keys that divides or is divided by a key block.
+    if any(t.data_ptr() % 16 for t in (q, k, v)):  # descriptors and 16-byte copies start 16-byte aligned
+        return False
     if q.stride(2) != 1 or q.stride(1) != head_dim or (q.stride(0) * q.element_size()) % 16:
         return False
     for t in (k, v):
