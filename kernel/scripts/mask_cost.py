@@ -56,7 +56,7 @@ REPLACEMENTS: tuple[tuple[str, str, str, str], ...] = (
     (
         ATTENTION,
         "pointer paged: block id clamped into [0, num_blocks)",
-        "i_block = tl.minimum(tl.maximum(i_block, 0), num_blocks - 1)",
+        "i_block = tl.minimum(i_block.to(tl.uint32, bitcast=True), last_block).to(tl.int32, bitcast=True)",
         "i_block = i_block",
     ),
     (

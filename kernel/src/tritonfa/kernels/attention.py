@@ -161,8 +161,10 @@ def _attend_kv_range(
                 i_k_tma_row = seq_k_start + start
                 i_v_tma_row = i_k_tma_row
         if PAGED and not USE_TMA:
-            # An out-of-range block id (a scheduler bug) must not make the kernel read outside the cache.
-            i_block = tl.minimum(tl.maximum(i_block, 0), num_blocks - 1)
+            # An out-of-range block id (a scheduler bug) must not make the kernel read outside the cache. One unsigned
+            # min clamps both ends (a negative id is a huge unsigned one): half the cost of min(max()) per key.
+            last_block = (num_blocks - 1).to(tl.uint32)
+            i_block = tl.minimum(i_block.to(tl.uint32, bitcast=True), last_block).to(tl.int32, bitcast=True)
             i_in_block = i_k % PAGE_SIZE
             if not CACHE_OFFSETS_32:
                 i_block = i_block.to(tl.int64)
