@@ -107,8 +107,23 @@ if HAS_GLUON:
         return lo
 
     @gluon.jit
-    def _producer(q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_ready, k_ready, v_ready, kv_empty,
-                  q_row, q_col, k_row, kv_col, num_blocks):  # fmt: skip
+    def _producer(q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_ready, k_ready, v_ready, kv_empty, q_row, q_col,
+                  seq_k_start, k_ptr, v_ptr, block_table_ptr, seq, stride_bt_seq, num_cache_blocks, max_blocks,
+                  seq_k_len, kv_head, stride_k_blk, stride_k_slot, stride_k_head, stride_v_blk, stride_v_slot,
+                  stride_v_head, num_blocks, PAGED: gl.constexpr, PAGE_SIZE: gl.constexpr):  # fmt: skip
+        HEAD_DIM: gl.constexpr = q_desc.block_type.shape[1]
+        if PAGED:
+            _produce_paged(q_desc, q_smem, k_bufs, v_bufs, q_ready, k_ready, v_ready, kv_empty, q_row, q_col, k_ptr,
+                           v_ptr, block_table_ptr, seq, stride_bt_seq, num_cache_blocks, max_blocks, seq_k_len,
+                           kv_head, stride_k_blk, stride_k_slot, stride_k_head, stride_v_blk, stride_v_slot,
+                           stride_v_head, num_blocks, PAGE_SIZE)  # fmt: skip
+        else:
+            _produce_tma(q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_ready, k_ready, v_ready, kv_empty, q_row,
+                         q_col, seq_k_start, kv_head * HEAD_DIM, num_blocks)  # fmt: skip
+
+    @gluon.jit
+    def _produce_tma(q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_ready, k_ready, v_ready, kv_empty,
+                     q_row, q_col, k_row, kv_col, num_blocks):  # fmt: skip
         BLOCK_N: gl.constexpr = k_desc.block_type.shape[0]
         STAGES: gl.constexpr = k_bufs.type.shape[0]
         mbarrier.expect(q_ready, q_desc.block_type.nbytes)
@@ -123,10 +138,10 @@ if HAS_GLUON:
             _tma_load(v_desc, [k_row + j * BLOCK_N, kv_col], v_ready.index(s), v_bufs.index(s))
 
     @gluon.jit
-    def _producer_paged(q_desc, q_smem, k_bufs, v_bufs, q_ready, k_ready, v_ready, kv_empty, q_row, q_col,
-                        k_ptr, v_ptr, block_table_ptr, seq, stride_bt_seq, num_cache_blocks, max_blocks, seq_k_len,
-                        kv_head, stride_k_blk, stride_k_slot, stride_k_head, stride_v_blk, stride_v_slot,
-                        stride_v_head, num_blocks, PAGE_SIZE: gl.constexpr):  # fmt: skip
+    def _produce_paged(q_desc, q_smem, k_bufs, v_bufs, q_ready, k_ready, v_ready, kv_empty, q_row, q_col,
+                       k_ptr, v_ptr, block_table_ptr, seq, stride_bt_seq, num_cache_blocks, max_blocks, seq_k_len,
+                       kv_head, stride_k_blk, stride_k_slot, stride_k_head, stride_v_blk, stride_v_slot,
+                       stride_v_head, num_blocks, PAGE_SIZE: gl.constexpr):  # fmt: skip
         # Paged K/V: each page's rows gathered with 16-byte cp.async into the swizzled slot; every producer thread
         # arrives on the ready barrier once its copies land. Keys past the sequence are zero-filled.
         STAGES: gl.constexpr = k_bufs.type.shape[0]
@@ -443,46 +458,30 @@ if HAS_GLUON:
                 HALF: gl.constexpr = BLOCK_M // 2
                 FIRST: gl.constexpr = 0
                 ZERO_TAIL: gl.constexpr = not PAGED  # paged copies zero-fill keys past the sequence themselves
-                if PAGED:
-                    gl.warp_specialize(
-                        [
-                            (_consumer_default, (q_smem, k_bufs, v_bufs, q_ready, k_ready, v_ready, kv_empty, turns,
-                                                 out_ptr, lse_ptr, seq_q_start, seq_q_len, q_tile_start, q_head,
-                                                 seq_k_len, num_blocks, qk_scale, stride_o_tok, stride_o_head,
-                                                 stride_lse_head, FIRST, HALF, CAUSAL, PINGPONG, RETURN_LSE,
-                                                 ZERO_TAIL, num_warps)),
-                            (_consumer, (q_smem, k_bufs, v_bufs, q_ready, k_ready, v_ready, kv_empty, turns,
-                                         out_ptr, lse_ptr, seq_q_start, seq_q_len, q_tile_start, q_head, seq_k_len,
-                                         num_blocks, qk_scale, stride_o_tok, stride_o_head, stride_lse_head, HALF,
-                                         HALF, CAUSAL, PINGPONG, RETURN_LSE, ZERO_TAIL, num_warps)),
-                            (_producer_paged, (q_desc, q_smem, k_bufs, v_bufs, q_ready, k_ready, v_ready, kv_empty,
-                                               seq_q_start + q_tile_start, q_head * HEAD_DIM, k_ptr, v_ptr,
-                                               block_table_ptr, seq, stride_bt_seq, num_cache_blocks, max_blocks,
-                                               seq_k_len, kv_head, stride_k_blk, stride_k_slot, stride_k_head,
-                                               stride_v_blk, stride_v_slot, stride_v_head, num_blocks, PAGE_SIZE)),
-                        ],
-                        [num_warps, PAGED_PRODUCER_WARPS],
-                        [CONSUMER_REGS_PAGED, PAGED_PRODUCER_REGS],
-                    )  # fmt: skip
-                else:
-                    gl.warp_specialize(
-                        [
-                            (_consumer_default, (q_smem, k_bufs, v_bufs, q_ready, k_ready, v_ready, kv_empty, turns,
-                                                 out_ptr, lse_ptr, seq_q_start, seq_q_len, q_tile_start, q_head,
-                                                 seq_k_len, num_blocks, qk_scale, stride_o_tok, stride_o_head,
-                                                 stride_lse_head, FIRST, HALF, CAUSAL, PINGPONG, RETURN_LSE,
-                                                 ZERO_TAIL, num_warps)),
-                            (_consumer, (q_smem, k_bufs, v_bufs, q_ready, k_ready, v_ready, kv_empty, turns,
-                                         out_ptr, lse_ptr, seq_q_start, seq_q_len, q_tile_start, q_head, seq_k_len,
-                                         num_blocks, qk_scale, stride_o_tok, stride_o_head, stride_lse_head, HALF,
-                                         HALF, CAUSAL, PINGPONG, RETURN_LSE, ZERO_TAIL, num_warps)),
-                            (_producer, (q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_ready, k_ready, v_ready,
-                                         kv_empty, seq_q_start + q_tile_start, q_head * HEAD_DIM, seq_k_start,
-                                         kv_head * HEAD_DIM, num_blocks)),
-                        ],
-                        [num_warps, 1],
-                        [CONSUMER_REGS, PRODUCER_REGS],
-                    )  # fmt: skip
+                # a TMA producer is one warp issuing copies; a paged one computes gathered addresses (4 warps)
+                PRODUCER_WARPS: gl.constexpr = PAGED_PRODUCER_WARPS if PAGED else 1
+                WORKER_REGS: gl.constexpr = CONSUMER_REGS_PAGED if PAGED else CONSUMER_REGS
+                PRODUCER_REGS_: gl.constexpr = PAGED_PRODUCER_REGS if PAGED else PRODUCER_REGS
+                gl.warp_specialize(
+                    [
+                        (_consumer_default, (q_smem, k_bufs, v_bufs, q_ready, k_ready, v_ready, kv_empty, turns,
+                                             out_ptr, lse_ptr, seq_q_start, seq_q_len, q_tile_start, q_head,
+                                             seq_k_len, num_blocks, qk_scale, stride_o_tok, stride_o_head,
+                                             stride_lse_head, FIRST, HALF, CAUSAL, PINGPONG, RETURN_LSE, ZERO_TAIL,
+                                             num_warps)),
+                        (_consumer, (q_smem, k_bufs, v_bufs, q_ready, k_ready, v_ready, kv_empty, turns, out_ptr,
+                                     lse_ptr, seq_q_start, seq_q_len, q_tile_start, q_head, seq_k_len, num_blocks,
+                                     qk_scale, stride_o_tok, stride_o_head, stride_lse_head, HALF, HALF, CAUSAL,
+                                     PINGPONG, RETURN_LSE, ZERO_TAIL, num_warps)),
+                        (_producer, (q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_ready, k_ready, v_ready,
+                                     kv_empty, seq_q_start + q_tile_start, q_head * HEAD_DIM, seq_k_start, k_ptr,
+                                     v_ptr, block_table_ptr, seq, stride_bt_seq, num_cache_blocks, max_blocks,
+                                     seq_k_len, kv_head, stride_k_blk, stride_k_slot, stride_k_head, stride_v_blk,
+                                     stride_v_slot, stride_v_head, num_blocks, PAGED, PAGE_SIZE)),
+                    ],
+                    [num_warps, PRODUCER_WARPS],
+                    [WORKER_REGS, PRODUCER_REGS_],
+                )  # fmt: skip
 
     @gluon.jit
     def _store_empty(out_ptr, lse_ptr, seq_q_start, seq_q_len, q_tile_start, q_head, stride_o_tok, stride_o_head,
