@@ -37,6 +37,7 @@ try:  # Gluon ships with triton >= 3.5; without it the launcher never picks this
 
     # triton 3.6 (the GPU image) names the TMA load async_copy_global_to_shared; later releases async_load
     _tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
+    _cp_async_load = getattr(async_copy, "async_load", None) or async_copy.async_copy_global_to_shared
     _thread_barrier = getattr(gl, "thread_barrier", None) or gl.barrier  # renamed after 3.6 too
     HAS_GLUON = True
 except ImportError:  # pragma: no cover - depends on the installed triton
@@ -168,7 +169,7 @@ if HAS_GLUON:
                 block_id = gl.minimum(gl.maximum(block_id, 0), num_cache_blocks - 1).to(gl.int64)
                 valid = gl.expand_dims(key0 + o_row < seq_k_len, 1)
                 p_k = k_head + (block_id * stride_k_blk + (key0 % PAGE_SIZE) * stride_k_slot) + k_rows
-                async_copy.async_copy_global_to_shared(k_bufs.index(s).slice(c * CHUNK, CHUNK), p_k, mask=valid)
+                _cp_async_load(k_bufs.index(s).slice(c * CHUNK, CHUNK), p_k, mask=valid)
             async_copy.mbarrier_arrive(k_ready.index(s), increment_count=False)
             for c in gl.static_range(BLOCK_N // CHUNK):
                 key0 = j * BLOCK_N + c * CHUNK
@@ -176,7 +177,7 @@ if HAS_GLUON:
                 block_id = gl.minimum(gl.maximum(block_id, 0), num_cache_blocks - 1).to(gl.int64)
                 valid = gl.expand_dims(key0 + o_row < seq_k_len, 1)
                 p_v = v_head + (block_id * stride_v_blk + (key0 % PAGE_SIZE) * stride_v_slot) + v_rows
-                async_copy.async_copy_global_to_shared(v_bufs.index(s).slice(c * CHUNK, CHUNK), p_v, mask=valid)
+                _cp_async_load(v_bufs.index(s).slice(c * CHUNK, CHUNK), p_v, mask=valid)
             async_copy.mbarrier_arrive(v_ready.index(s), increment_count=False)
 
     @gluon.jit
