@@ -37,6 +37,10 @@ PREFILL_VARIANTS = {
     "k-rows": {"k_rows": True},
     "ws": {"warp_specialized": True},  # Hopper: the warp-specialized Gluon prefill (contiguous 16-bit only)
     "ws-nopp": {"warp_specialized": True, "ws_pingpong": False},
+    # fp8 on the Gluon prefill: fp8 q/k/v; a 16-bit q with an fp8 KV cache needs fp8_q_for_fp8_kv too
+    "ws-fp8": {"ws_fp8": True},
+    "ws-fp8-one-level": {"ws_fp8": True, "ws_fp8_two_level": False},
+    "ws-fp8-q8": {"ws_fp8": True, "fp8_q_for_fp8_kv": True},
 }
 DECODE_VARIANTS = {
     "default": {},

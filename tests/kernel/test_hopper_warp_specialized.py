@@ -4,9 +4,21 @@ Which calls the launcher sends there is checked anywhere (planning only). The ke
 GPU: Gluon does not run in Triton's interpreter (CI cross-compiles it for sm_90 instead).
 """
 
+import json
+
 import pytest
 import torch
-from attn_testing import DEVICE, ON_GPU, TOLERANCES, check_against_reference, make_inputs, scaled
+from attn_testing import (
+    DEVICE,
+    ON_GPU,
+    TOLERANCES,
+    check_against_reference,
+    check_low_precision,
+    fp8_descale,
+    make_inputs,
+    run_kernel,
+    scaled,
+)
 
 from tritonfa.kernels import attention_hopper
 from tritonfa.kernels.attention import plan_attention
@@ -17,7 +29,8 @@ WS_CONFIG = '{"hopper": {"warp_specialized": true}}'
 
 def _args(inputs):
     return dict(
-        q=inputs.q, k=inputs.k, v=inputs.v, out=torch.empty_like(inputs.q), lse=None,
+        q=inputs.q, k=inputs.k, v=inputs.v, lse=None,
+        out=torch.empty(inputs.q.shape, dtype=inputs.q.dtype if inputs.q.element_size() > 1 else torch.bfloat16),
         cu_seqlens_q=inputs.cu_seqlens_q, cu_seqlens_k=inputs.cu_seqlens_k, seqused_k=inputs.seqused_k,
         block_table=inputs.block_table, alibi_slopes=None, bias=None, s_aux=None, q_descale=None, k_descale=None,
         v_descale=None, output_scale=None, max_seqlen_q=inputs.max_seqlen_q, max_seqlen_k=inputs.max_seqlen_k,
@@ -63,7 +76,7 @@ def test_which_calls_take_the_warp_specialized_path(monkeypatch):
     assert _plan(odd_page) == [PORTABLE], "a page that is not a power of two"
     assert _plan(make_inputs([40], [40], num_heads=(8, 2), head_size=64, use_seqused_k=True)) == [WS]
     fp8_kv = make_inputs([40], [40], num_heads=(8, 2), head_size=64, kv_dtype=torch.float8_e4m3fn)
-    assert _plan(fp8_kv)[0] == PORTABLE
+    assert _plan(fp8_kv)[0] == PORTABLE, "fp8 goes to Gluon only with ws_fp8"
     mixed = make_inputs([40, 1, 1], [40, 30, 9], num_heads=(8, 2), head_size=64, kv_layout="paged")
     assert _plan(mixed) == [WS, PORTABLE], "a mixed batch: prefill sequences here, decodes on decode tiles"
     packed = make_inputs([40], [40], num_heads=(8, 2), head_size=64, packed_qkv=True)
@@ -126,3 +139,80 @@ def test_warp_specialized_paged_prefill_matches_reference(monkeypatch, kv_layout
     atol, rtol = TOLERANCES[torch.bfloat16]
     check_against_reference(inputs, atol, rtol, causal=True)
     check_against_reference(inputs, atol, rtol, causal=False)
+
+
+def _ws_fp8_config(**fields) -> str:
+    return json.dumps({"hopper": {"warp_specialized": True, "ws_fp8": True, **fields}})
+
+
+@pytest.mark.skipif(not attention_hopper.HAS_GLUON, reason="this triton has no Gluon")
+def test_which_fp8_calls_take_the_warp_specialized_path(monkeypatch):
+    fp8 = torch.float8_e4m3fn
+    monkeypatch.setenv("TRITONFA_CONFIG", _ws_fp8_config())
+    for head_size in (64, 128):
+        qkv = make_inputs([40], [40], num_heads=(8, 2), head_size=head_size, dtype=fp8)
+        assert _plan(qkv) == [WS], head_size
+        scale = torch.ones((), device=qkv.q.device)
+        assert _plan(qkv, q_descale=scale, k_descale=scale, v_descale=scale) == [WS], "descales are fine"
+    assert _plan(make_inputs([40], [40], num_heads=(8, 2), head_size=256, dtype=fp8)) == [PORTABLE], "O + P@V > regs"
+    fp8_kv = make_inputs([40], [40], num_heads=(8, 2), head_size=64, kv_dtype=fp8)
+    assert _plan(fp8_kv) == [PORTABLE], "a 16-bit q meets fp8 K/V here only when it may be quantized"
+    paged = make_inputs([40], [40], num_heads=(8, 2), head_size=64, dtype=fp8, kv_layout="paged")
+    assert _plan(paged) == [PORTABLE], "paged fp8 V has no key-major copy"
+    qkv = make_inputs([40], [40], num_heads=(8, 2), head_size=64, dtype=fp8)
+    assert _plan(qkv, output_scale=torch.ones((), device=qkv.q.device)) == [PORTABLE], "fp8 output"
+    monkeypatch.setenv("TRITONFA_CONFIG", _ws_fp8_config(fp8_q_for_fp8_kv=True))
+    [launch] = plan_attention(**{k: v.to("meta") if isinstance(v, torch.Tensor) else v for k, v in
+                                 _args(fp8_kv).items()})  # fmt: skip
+    assert launch.fn.__name__ == WS and launch.constexprs["QUANTIZE_Q"] and launch.constexprs["FP8"]
+    monkeypatch.setenv("TRITONFA_CONFIG", '{"hopper": {"warp_specialized": true}}')
+    assert _plan(qkv) == [PORTABLE], "ws_fp8 is opt-in"
+
+
+def _fp8_batch(head_size: int, q_dtype: torch.dtype):
+    """Odd lengths, an empty sequence, more queries than keys, a cached prefix; NaN keys after the last sequence."""
+    seqlens_q = [scaled(1, 1), 0, 129, 128, 300, scaled(17, 1000), 77, 200]
+    seqlens_k = [scaled(1, 1), 5, 129, 128, 200, scaled(17, 1000), 333, 450]
+    inputs = make_inputs(seqlens_q, seqlens_k, num_heads=(32, 8), head_size=head_size, dtype=q_dtype,
+                         kv_dtype=torch.float8_e4m3fn)  # fmt: skip
+    nan_tail = torch.full((37, *inputs.k.shape[1:]), float("nan"), device=DEVICE).to(inputs.k.dtype)
+    inputs.k = torch.cat([inputs.k, nan_tail])
+    inputs.v = torch.cat([inputs.v, nan_tail])
+    return inputs
+
+
+@pytest.mark.skipif(not (ON_HOPPER and attention_hopper.HAS_GLUON), reason="Gluon kernels run on a Hopper GPU only")
+@pytest.mark.parametrize("head_size", [64, 128])
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("two_level", [True, False])
+@pytest.mark.parametrize("descale_kind", ["scalar", "per_head"])
+def test_warp_specialized_fp8_prefill_matches_reference(monkeypatch, head_size, causal, two_level, descale_kind):
+    """fp8 q/k/v with descales: V through its key-major copy, P scaled into e4m3's range."""
+    monkeypatch.setenv("TRITONFA_CONFIG", _ws_fp8_config(ws_fp8_two_level=two_level))
+    inputs = _fp8_batch(head_size, torch.float8_e4m3fn)
+    assert _plan(inputs)[0] == WS
+    descales = {name: fp8_descale(descale_kind, inputs.batch, inputs.num_kv_heads)
+                for name in ("q_descale", "k_descale", "v_descale")}  # fmt: skip
+    check_low_precision(inputs, causal=causal, **descales)
+
+
+@pytest.mark.skipif(not (ON_HOPPER and attention_hopper.HAS_GLUON), reason="Gluon kernels run on a Hopper GPU only")
+@pytest.mark.parametrize("causal", [True, False])
+def test_warp_specialized_quantized_q_equals_the_fp8_q_call(monkeypatch, causal):
+    """A bf16 q whose every row's largest |q| is 3.0 (row scale 2^-7) rounds to exactly the fp8 q that, with
+    q_descale 2^-7, the all-fp8 call gets: the two calls must agree bit for bit (that call is checked above)."""
+    monkeypatch.setenv("TRITONFA_CONFIG", _ws_fp8_config(fp8_q_for_fp8_kv=True))
+    fp8_inputs = _fp8_batch(128, torch.float8_e4m3fn)
+    q8 = (torch.randn(fp8_inputs.q.shape, device=DEVICE) * 64).clamp(-383, 383).to(torch.float8_e4m3fn)
+    q8[..., 0] = 384.0  # exact in e4m3: each row's largest |value|
+    fp8_inputs.q = q8
+    bf16_inputs = _fp8_batch(128, torch.bfloat16)
+    bf16_inputs.k, bf16_inputs.v = fp8_inputs.k, fp8_inputs.v
+    bf16_inputs.q = (q8.float() * 2.0**-7).to(torch.bfloat16)  # exact
+    assert _plan(bf16_inputs)[0] == WS and _plan(fp8_inputs)[0] == WS
+    descale = fp8_descale("per_head", fp8_inputs.batch, fp8_inputs.num_kv_heads)
+    out, lse = run_kernel(bf16_inputs, causal=causal, k_descale=descale, v_descale=descale, return_softmax_lse=True)
+    q_descale = torch.full((), 2.0**-7, device=DEVICE)
+    out8, lse8 = run_kernel(fp8_inputs, causal=causal, q_descale=q_descale, k_descale=descale, v_descale=descale,
+                            return_softmax_lse=True)  # fmt: skip
+    assert torch.equal(out, out8) and torch.equal(lse, lse8)

@@ -40,6 +40,10 @@ class AttentionConfig:
     # Hopper prefill: calls the warp-specialized Gluon kernel covers (kernels/attention_hopper.py) go there
     warp_specialized: bool = False
     ws_pingpong: bool = True  # with warp_specialized: the two consumer warpgroups alternate their matmuls (FA3)
+    # with warp_specialized: fp8 K/V (contiguous, D <= 128; q fp8, or 16-bit with fp8_q_for_fp8_kv) go there too.
+    # Opt-in until the GPU suite has run it (written offline, cross-compiled in CI)
+    ws_fp8: bool = False
+    ws_fp8_two_level: bool = True  # fp8 P@V: each block's product added to O in fp32, not chained in the MMA
 
     def launch_options(self, arch: str) -> dict:
         options = {"num_warps": self.num_warps, "num_stages": self.num_stages}

@@ -816,10 +816,12 @@ def plan_attention(
             sinks=s_aux is not None, descale=any(d is not None for d in (q_descale, k_descale, v_descale)),
             output_scale=output_scale is not None, softcap=softcap > 0.0, window=window_left >= 0 or window_right > 0,
         )  # fmt: skip
-        if attention_hopper.supports(q, k, v, out, block_table is not None, features):
+        quantize_q = quantizes_q(arch, prefill_config, q.dtype, k.dtype)
+        if attention_hopper.supports(q, k, v, out, block_table is not None, features, prefill_config.ws_fp8,
+                                     quantize_q):  # fmt: skip
             fast = functools.partial(
                 _plan_hopper_prefill, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table,
-                softmax_scale, window_right == 0, prefill_config.ws_pingpong,
+                softmax_scale, window_right == 0, prefill_config, q_descale, k_descale, v_descale, quantize_q,
             )  # fmt: skip
             if num_seqs == 1:
                 return [fast(seq_filter=0)]
@@ -830,11 +832,14 @@ def plan_attention(
 
 
 def _plan_hopper_prefill(
-    q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, softmax_scale, causal, pingpong, seq_filter
-):
+    q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, softmax_scale, causal,
+    config: AttentionConfig, q_descale, k_descale, v_descale, quantize_q, seq_filter,
+):  # fmt: skip
+    v_key_major = _key_major_copy(v) if is_fp8(v.dtype) else None  # fp8 wgmma reads V K-major
     fn, grid, args, constexprs, options = attention_hopper.plan_hopper_prefill(
         q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, softmax_scale, causal, seq_filter,
-        DECODE_MAX_SEQLEN_Q, pingpong,
+        DECODE_MAX_SEQLEN_Q, config.ws_pingpong, q_descale, k_descale, v_descale, v_key_major, quantize_q,
+        config.ws_fp8_two_level,
     )  # fmt: skip
     return KernelLaunch(fn, grid, args, constexprs, options)
 

@@ -1,9 +1,18 @@
 """Hopper fast path: warp-specialized prefill in Gluon (TMA producer warp, async wgmma consumers).
 
-Scope: contiguous (varlen) K/V, 16-bit q/k/v of one dtype, head size 64/128/256 (equal for K and V), causal or
-no mask, GQA, optional lse. Everything else (paged KV, fp8, windows, softcap, ALiBi, bias, sinks, decode tiles)
-stays on the portable kernel in `attention.py`, which is also this kernel's CPU/ROCm twin: Gluon does not run in
-Triton's interpreter, so the GPU suite tests this file against the same reference.
+Scope: contiguous (varlen) or paged K/V, 16-bit q/k/v of one dtype, head size 64/128/256 (equal for K and V),
+causal or no mask, GQA, optional lse; with config `ws_fp8`, also contiguous fp8 (e4m3) K/V with an fp8 q or a
+16-bit q quantized here (config `fp8_q_for_fp8_kv`), D <= 128, with descales. Everything else (windows, softcap,
+ALiBi, bias, sinks, decode tiles, paged fp8) stays on the portable kernel in `attention.py`, which is also this
+kernel's CPU/ROCm twin: Gluon does not run in Triton's interpreter, so the GPU suite tests this file against the
+same reference.
+
+fp8 (`FP8`): the fp8 wgmma reads both operands K-major, so V comes from the launcher's key-major copy
+([Hk * D, keys], tiles [D, BLOCK_N]); P comes out of exp2 scaled by 2^P_SCALE_LOG2 (`tritonfa.fp8.p_scale`: the
+scale subtracts from the row max, and cancels in O / l) before its cast to e4m3, and with `TWO_LEVEL` each block's
+P@V is added to O in fp32 (Hopper's fp8 MMA keeps 13 mantissa bits of its accumulator). A 16-bit q
+(`QUANTIZE_Q`) is loaded by the consumers, scaled per row by a power of two into e4m3's range and stored to shared
+memory as fp8; the scale moves into the scores exactly.
 
 Schedule per program (one query tile of BLOCK_M = 128 rows of one q head), three partitions:
 - a 1-warp producer loads Q once and K_j, V_j into a ring of STAGES shared-memory slots with TMA; `kv_empty[s]`
@@ -19,8 +28,12 @@ by binary search; a sequence's last tiles (most keys under a causal mask) run fi
 
 from __future__ import annotations
 
+import math
+
 import torch
 import triton
+
+from tritonfa.fp8 import fp8_max, is_fp8, p_scale
 
 try:  # Gluon ships with triton >= 3.5; without it the launcher never picks this path
     from triton.experimental import gluon
@@ -43,6 +56,13 @@ try:  # Gluon ships with triton >= 3.5; without it the launcher never picks this
 except ImportError:  # pragma: no cover - depends on the installed triton
     HAS_GLUON = False
 
+FP8_E4M3 = getattr(torch, "float8_e4m3fn", None)
+SIXTEEN_BIT = (torch.float16, torch.bfloat16)
+if HAS_GLUON:
+    _GL_DTYPES = {torch.float16: gl.float16, torch.bfloat16: gl.bfloat16}
+    if FP8_E4M3 is not None:
+        _GL_DTYPES[FP8_E4M3] = gl.float8e4nv
+
 LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453
 BLOCK_M = 128
@@ -63,16 +83,27 @@ def tiles_for(head_dim: int) -> tuple[int, int]:
     return 64, 2
 
 
-def supports(q, k, v, out, paged: bool, features: dict) -> bool:
-    """Whether this path computes the call exactly as the portable kernel would (else the launcher falls back)."""
-    if not HAS_GLUON or any(features.values()):
+def supports(q, k, v, out, paged: bool, features: dict, fp8: bool = False, quantize_q: bool = False) -> bool:
+    """Whether this path computes the call exactly as the portable kernel would (else the launcher falls back).
+
+    fp8: fp8 K/V may come here (config `ws_fp8`); quantize_q: a 16-bit q meeting them is rounded to fp8 per row
+    (config `fp8_q_for_fp8_kv`), as the portable kernel does with that option.
+    """
+    if not HAS_GLUON:
         return False
-    if not (q.dtype == k.dtype == v.dtype and q.dtype in (torch.float16, torch.bfloat16)):
+    if k.dtype == v.dtype == FP8_E4M3 and fp8:
+        # contiguous only (V's key-major copy); D <= 128: O and one block's P@V both live in registers
+        fp8_q = q.dtype == FP8_E4M3 or (quantize_q and q.dtype in SIXTEEN_BIT)
+        if not fp8_q or paged or q.shape[-1] > 128 or out.dtype not in SIXTEEN_BIT:
+            return False
+        if any(on for name, on in features.items() if name != "descale"):
+            return False
+    elif any(features.values()) or not (q.dtype == k.dtype == v.dtype and q.dtype in SIXTEEN_BIT):
         return False
     head_dim = q.shape[-1]
     if head_dim not in (64, 128, 256) or k.shape[-1] != head_dim or v.shape[-1] != head_dim:
         return False
-    if out.dtype != q.dtype or out.stride(2) != 1:
+    if (out.dtype != q.dtype and q.dtype in SIXTEEN_BIT) or out.stride(2) != 1:
         return False
     # q (and contiguous k/v): 2-D descriptors over [tokens, heads * D] need heads and dims contiguous, rows 16-byte
     # aligned. Paged k/v ([blocks, page, Hk, D], any strides): 16-byte gathers need every stride a multiple of 8
@@ -111,7 +142,8 @@ if HAS_GLUON:
     def _producer(q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_ready, k_ready, v_ready, kv_empty, q_row, q_col,
                   seq_k_start, k_ptr, v_ptr, block_table_ptr, seq, stride_bt_seq, num_cache_blocks, max_blocks,
                   seq_k_len, kv_head, stride_k_blk, stride_k_slot, stride_k_head, stride_v_blk, stride_v_slot,
-                  stride_v_head, num_blocks, PAGED: gl.constexpr, PAGE_SIZE: gl.constexpr):  # fmt: skip
+                  stride_v_head, num_blocks, PAGED: gl.constexpr, PAGE_SIZE: gl.constexpr, FP8: gl.constexpr,
+                  QUANTIZE_Q: gl.constexpr):  # fmt: skip
         HEAD_DIM: gl.constexpr = q_desc.block_type.shape[1]
         if PAGED:
             _produce_paged(q_desc, q_smem, k_bufs, v_bufs, q_ready, k_ready, v_ready, kv_empty, q_row, q_col, k_ptr,
@@ -120,15 +152,19 @@ if HAS_GLUON:
                            stride_v_head, num_blocks, PAGE_SIZE)  # fmt: skip
         else:
             _produce_tma(q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_ready, k_ready, v_ready, kv_empty, q_row,
-                         q_col, seq_k_start, kv_head * HEAD_DIM, num_blocks)  # fmt: skip
+                         q_col, seq_k_start, kv_head * HEAD_DIM, num_blocks, FP8, QUANTIZE_Q)  # fmt: skip
 
     @gluon.jit
     def _produce_tma(q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_ready, k_ready, v_ready, kv_empty,
-                     q_row, q_col, k_row, kv_col, num_blocks):  # fmt: skip
+                     q_row, q_col, k_row, kv_col, num_blocks, V_KEY_MAJOR: gl.constexpr,
+                     QUANTIZE_Q: gl.constexpr):  # fmt: skip
+        # V_KEY_MAJOR: v_desc describes V's key-major copy [Hk * D, keys] in tiles [D, BLOCK_N].
+        # QUANTIZE_Q: the consumers fill q_smem themselves.
         BLOCK_N: gl.constexpr = k_desc.block_type.shape[0]
         STAGES: gl.constexpr = k_bufs.type.shape[0]
-        mbarrier.expect(q_ready, q_desc.block_type.nbytes)
-        _tma_load(q_desc, [q_row, q_col], q_ready, q_smem)
+        if not QUANTIZE_Q:
+            mbarrier.expect(q_ready, q_desc.block_type.nbytes)
+            _tma_load(q_desc, [q_row, q_col], q_ready, q_smem)
         for j in range(num_blocks):
             s = j % STAGES
             # a fresh barrier's phase "1" counts as complete, so the first round does not wait
@@ -136,7 +172,10 @@ if HAS_GLUON:
             mbarrier.expect(k_ready.index(s), k_desc.block_type.nbytes)
             _tma_load(k_desc, [k_row + j * BLOCK_N, kv_col], k_ready.index(s), k_bufs.index(s))
             mbarrier.expect(v_ready.index(s), v_desc.block_type.nbytes)
-            _tma_load(v_desc, [k_row + j * BLOCK_N, kv_col], v_ready.index(s), v_bufs.index(s))
+            if V_KEY_MAJOR:
+                _tma_load(v_desc, [kv_col, k_row + j * BLOCK_N], v_ready.index(s), v_bufs.index(s))
+            else:
+                _tma_load(v_desc, [k_row + j * BLOCK_N, kv_col], v_ready.index(s), v_bufs.index(s))
 
     @gluon.jit
     def _produce_paged(q_desc, q_smem, k_bufs, v_bufs, q_ready, k_ready, v_ready, kv_empty, q_row, q_col,
@@ -195,8 +234,11 @@ if HAS_GLUON:
 
     @gluon.jit
     def _softmax_step(b_s, m_i, l_i, j, q_pos, seq_k_len, diagonal, qk_scale, MASKED: gl.constexpr,
-                      CAUSAL: gl.constexpr, BLOCK_N: gl.constexpr, s_layout: gl.constexpr):  # fmt: skip
+                      CAUSAL: gl.constexpr, BLOCK_N: gl.constexpr, s_layout: gl.constexpr,
+                      ROW_SCALE: gl.constexpr, P_SCALE_LOG2: gl.constexpr):  # fmt: skip
         # b_s: [BM, BN] raw scores of key block j; returns P (fp32), the new running max and sum, and O's factor.
+        # qk_scale: scores -> log2 units, a scalar or (ROW_SCALE, a quantized q's row scales) [BM] and positive.
+        # P_SCALE_LOG2: P (and l) come out 2^P_SCALE_LOG2 times larger, for fp8 P's range.
         if MASKED:
             k_pos = j * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))  # [BN]
             valid = gl.expand_dims(k_pos < seq_k_len, 0)
@@ -209,15 +251,41 @@ if HAS_GLUON:
         else:
             m_use = m_new
         alpha = gl.exp2(m_i - m_use)
-        b_p = gl.exp2(b_s * qk_scale - gl.expand_dims(m_use, 1))
+        if P_SCALE_LOG2 != 0:
+            m_use = m_use - P_SCALE_LOG2
+        if ROW_SCALE:
+            b_p = gl.exp2(b_s * gl.expand_dims(qk_scale, 1) - gl.expand_dims(m_use, 1))
+        else:
+            b_p = gl.exp2(b_s * qk_scale - gl.expand_dims(m_use, 1))
         l_i = l_i * alpha + gl.sum(b_p, 1)
         return b_p, m_new, l_i, alpha
 
     @gluon.jit
-    def _kv_step(j, q_smem, k_bufs, v_bufs, k_ready, v_ready, kv_empty, turns, s_zero, b_o, m_i, l_i, p_prev,
-                 q_pos, seq_k_len, diagonal, qk_scale,
+    def _v_operand(v_bufs, s, V_KEY_MAJOR: gl.constexpr):
+        # [BLOCK_N, D] B operand of P@V; a key-major slot [D, BLOCK_N] seen transposed (K-major, as fp8 wgmma needs)
+        if V_KEY_MAJOR:
+            return v_bufs.index(s).permute((1, 0))
+        else:
+            return v_bufs.index(s)
+
+    @gluon.jit
+    def _to_p(b_p, dtype: gl.constexpr, p_layout: gl.constexpr):
+        # P (fp32) as the A operand of P@V
+        return gl.convert_layout(b_p.to(dtype), p_layout)
+
+    @gluon.jit
+    def _pv_issue(p_prev, v_op, b_o, o_zero, TWO_LEVEL: gl.constexpr):
+        if TWO_LEVEL:
+            return warpgroup_mma(p_prev, v_op, o_zero, use_acc=False, is_async=True)
+        else:
+            return warpgroup_mma(p_prev, v_op, b_o, is_async=True)
+
+    @gluon.jit
+    def _kv_step(j, q_smem, k_bufs, v_bufs, k_ready, v_ready, kv_empty, turns, s_zero, o_zero, b_o, m_i, l_i,
+                 p_prev, q_pos, seq_k_len, diagonal, qk_scale,
                  MASKED: gl.constexpr, CAUSAL: gl.constexpr, s_layout: gl.constexpr, o_layout: gl.constexpr,
-                 p_layout: gl.constexpr, WG: gl.constexpr, PINGPONG: gl.constexpr):  # fmt: skip
+                 p_layout: gl.constexpr, WG: gl.constexpr, PINGPONG: gl.constexpr, V_KEY_MAJOR: gl.constexpr,
+                 P_SCALE_LOG2: gl.constexpr, TWO_LEVEL: gl.constexpr, ROW_SCALE: gl.constexpr):  # fmt: skip
         # S_j = Q K_j^T is issued before O += P_{j-1} V_{j-1}; the softmax of S_j overlaps that P@V.
         STAGES: gl.constexpr = k_bufs.type.shape[0]
         BLOCK_N: gl.constexpr = k_bufs.type.shape[1]
@@ -227,15 +295,31 @@ if HAS_GLUON:
         _wait_turn(turns, j, WG, PINGPONG)
         s_tok = warpgroup_mma(q_smem, k_bufs.index(s).permute((1, 0)), s_zero, use_acc=False, is_async=True)
         mbarrier.wait(v_ready.index(sp), ((j - 1) // STAGES) & 1)
-        o_tok = warpgroup_mma(p_prev, v_bufs.index(sp), b_o, is_async=True)
+        o_tok = _pv_issue(p_prev, _v_operand(v_bufs, sp, V_KEY_MAJOR), b_o, o_zero, TWO_LEVEL)
         _pass_turn(turns, WG, PINGPONG)
         b_s = warpgroup_mma_wait(num_outstanding=1, deps=(s_tok,))
         b_p, m_i, l_i, alpha = _softmax_step(b_s, m_i, l_i, j, q_pos, seq_k_len, diagonal, qk_scale, MASKED, CAUSAL,
-                                             BLOCK_N, s_layout)  # fmt: skip
-        p_next = gl.convert_layout(b_p.to(p_prev.dtype), p_layout)
-        b_o, p_prev = warpgroup_mma_wait(num_outstanding=0, deps=(o_tok, p_prev))
-        mbarrier.arrive(kv_empty.index(sp), count=1)
-        b_o = b_o * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
+                                             BLOCK_N, s_layout, ROW_SCALE, P_SCALE_LOG2)  # fmt: skip
+        p_next = _to_p(b_p, p_prev.dtype, p_layout)
+        if V_KEY_MAJOR:
+            # fp8 P cannot be a dependency of the wait (8-bit registers; triton 3.6-3.9); ptxas keeps its registers
+            # until the wgmma is done
+            if TWO_LEVEL:
+                b_pv = warpgroup_mma_wait(num_outstanding=0, deps=(o_tok,))
+                mbarrier.arrive(kv_empty.index(sp), count=1)
+                b_o = (b_o + b_pv) * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
+            else:
+                b_o = warpgroup_mma_wait(num_outstanding=0, deps=(o_tok,))
+                mbarrier.arrive(kv_empty.index(sp), count=1)
+                b_o = b_o * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
+        elif TWO_LEVEL:
+            b_pv, p_prev = warpgroup_mma_wait(num_outstanding=0, deps=(o_tok, p_prev))
+            mbarrier.arrive(kv_empty.index(sp), count=1)
+            b_o = (b_o + b_pv) * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
+        else:
+            b_o, p_prev = warpgroup_mma_wait(num_outstanding=0, deps=(o_tok, p_prev))
+            mbarrier.arrive(kv_empty.index(sp), count=1)
+            b_o = b_o * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
         return b_o, m_i, l_i, p_next
 
     @gluon.jit
@@ -250,12 +334,46 @@ if HAS_GLUON:
         _thread_barrier()  # every warp's rows before the warpgroup's P@V
 
     @gluon.jit
-    def _consumer(q_tile_smem, k_bufs, v_bufs, q_ready, k_ready, v_ready, kv_empty, turns, out_ptr, lse_ptr,
-                  seq_q_start, seq_q_len, q_tile_start, q_head, seq_k_len, num_blocks, qk_scale,
-                  stride_o_tok, stride_o_head, stride_lse_head, ROW0: gl.constexpr, ROWS: gl.constexpr,
-                  CAUSAL: gl.constexpr, PINGPONG: gl.constexpr, RETURN_LSE: gl.constexpr, ZERO_TAIL: gl.constexpr,
-                  num_warps: gl.constexpr):  # fmt: skip
+    def _zero_cols_from(tile, first_col, num_warps: gl.constexpr):
+        # _zero_rows_from for a key-major V slot [D, BLOCK_N]: keys are its columns
+        COLS: gl.constexpr = tile.type.shape[1]
+        VEC: gl.constexpr = 128 // tile.dtype.primitive_bitwidth  # 16-byte accesses
+        layout: gl.constexpr = gl.BlockedLayout([1, VEC], [32 // (COLS // VEC), COLS // VEC], [num_warps, 1], [1, 0])
+        cols = gl.arange(0, COLS, layout=gl.SliceLayout(0, layout))
+        values = tile.load(layout)
+        tile.store(gl.where(gl.expand_dims(cols < first_col, 0), values, gl.zeros_like(values)))
+        fence_async_shared()
+        _thread_barrier()
+
+    @gluon.jit
+    def _quantize_q_rows(q_smem, q_ptr, seq_q_start, seq_q_len, q_tile_start, q_head, stride_q_tok, stride_q_head,
+                         Q_MAX: gl.constexpr, num_warps: gl.constexpr):  # fmt: skip
+        # This warpgroup's rows of a 16-bit q, each divided by a power of two that brings its largest |q| within
+        # Q_MAX, stored as fp8 into q_smem for the QK wgmma. Returns the row scales [ROWS] (exact: powers of two).
+        ROWS: gl.constexpr = q_smem.type.shape[0]
+        HEAD_DIM: gl.constexpr = q_smem.type.shape[1]
+        layout: gl.constexpr = gl.BlockedLayout([1, 8], [32 // (HEAD_DIM // 8), HEAD_DIM // 8], [num_warps, 1], [1, 0])
+        o_row = q_tile_start + gl.arange(0, ROWS, layout=gl.SliceLayout(1, layout))
+        o_d = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, layout))
+        i_tok = (seq_q_start + o_row).to(gl.int64)
+        p_q = q_ptr + gl.expand_dims(i_tok * stride_q_tok, 1) + q_head * stride_q_head + gl.expand_dims(o_d, 0)
+        b_q = gl.load(p_q, mask=gl.expand_dims(o_row < seq_q_len, 1), other=0.0).to(gl.float32)
+        q_amax = gl.max(gl.abs(b_q), 1)  # [ROWS]
+        row_scale = gl.where(q_amax > 0.0, gl.exp2(gl.ceil(gl.log2(gl.maximum(q_amax, 1e-30) / Q_MAX))), 1.0)
+        q_smem.store((b_q * gl.expand_dims(1.0 / row_scale, 1)).to(q_smem.dtype))
+        fence_async_shared()  # the generic-proxy stores before the wgmma's async-proxy reads
+        _thread_barrier()  # every warp's rows before the warpgroup's QK
+        return row_scale
+
+    @gluon.jit
+    def _consumer(q_tile_smem, k_bufs, v_bufs, q_ready, k_ready, v_ready, kv_empty, turns, q_ptr, out_ptr, lse_ptr,
+                  seq_q_start, seq_q_len, q_tile_start, q_head, seq_k_len, num_blocks, qk_scale, out_scale,
+                  stride_q_tok, stride_q_head, stride_o_tok, stride_o_head, stride_lse_head, ROW0: gl.constexpr,
+                  ROWS: gl.constexpr, CAUSAL: gl.constexpr, PINGPONG: gl.constexpr, RETURN_LSE: gl.constexpr,
+                  ZERO_TAIL: gl.constexpr, FP8: gl.constexpr, P_SCALE_LOG2: gl.constexpr, TWO_LEVEL: gl.constexpr,
+                  QUANTIZE_Q: gl.constexpr, Q_MAX: gl.constexpr, num_warps: gl.constexpr):  # fmt: skip
         # This warpgroup's ROWS query rows start at row ROW0 of the tile; both warpgroups walk the tile's blocks.
+        # FP8: V slots are key-major, P and l are scaled by 2^P_SCALE_LOG2, O takes out_scale (V's descale).
         q_smem = q_tile_smem.slice(ROW0, ROWS, dim=0)
         WG: gl.constexpr = ROW0 // ROWS  # 0 or 1
         q_tile_start = q_tile_start + ROW0
@@ -263,14 +381,17 @@ if HAS_GLUON:
         HEAD_DIM: gl.constexpr = q_smem.type.shape[1]
         STAGES: gl.constexpr = k_bufs.type.shape[0]
         BLOCK_N: gl.constexpr = k_bufs.type.shape[1]
+        INSTR_K: gl.constexpr = 256 // q_smem.dtype.primitive_bitwidth  # wgmma's K: 16 (16-bit), 32 (fp8)
         s_layout: gl.constexpr = gl.NVMMADistributedLayout(
-            version=[3, 0], warps_per_cta=[num_warps, 1], instr_shape=[16, BLOCK_N, 16]
+            version=[3, 0], warps_per_cta=[num_warps, 1], instr_shape=[16, BLOCK_N, INSTR_K]
         )
         o_layout: gl.constexpr = gl.NVMMADistributedLayout(
-            version=[3, 0], warps_per_cta=[num_warps, 1], instr_shape=[16, HEAD_DIM, 16]
+            version=[3, 0], warps_per_cta=[num_warps, 1], instr_shape=[16, HEAD_DIM, INSTR_K]
         )
-        p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+        # registers hold 32 bits of A per k step: 2 16-bit values or 4 fp8 ones
+        p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=INSTR_K // 8)
         row_layout: gl.constexpr = gl.SliceLayout(1, s_layout)
+        TWO_LEVEL_PV: gl.constexpr = FP8 and TWO_LEVEL
 
         q_pos = q_tile_start + gl.arange(0, BLOCK_M, layout=row_layout)  # [BM] query position in the sequence
         diagonal = seq_k_len - seq_q_len  # bottom-right alignment: query i lines up with key i + diagonal
@@ -281,12 +402,18 @@ if HAS_GLUON:
             num_full = seq_k_len // BLOCK_N
         num_full = gl.minimum(num_full, num_blocks)
         s_zero = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout)
+        o_zero = gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, o_layout)
         m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, row_layout)
         l_i = gl.zeros([BLOCK_M], gl.float32, row_layout)
         b_o = gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, o_layout)
 
+        if QUANTIZE_Q:
+            row_scale = _quantize_q_rows(q_smem, q_ptr, seq_q_start, seq_q_len, q_tile_start, q_head, stride_q_tok,
+                                         stride_q_head, Q_MAX, num_warps)  # fmt: skip
+            qk_scale = gl.convert_layout(row_scale, row_layout) * qk_scale
+        else:
+            mbarrier.wait(q_ready, 0)
         # block 0: S_0 alone (nothing to overlap with yet)
-        mbarrier.wait(q_ready, 0)
         mbarrier.wait(k_ready.index(0), 0)
         _wait_turn(turns, 0, WG, PINGPONG)
         s_tok = warpgroup_mma(q_smem, k_bufs.index(0).permute((1, 0)), s_zero, use_acc=False, is_async=True)
@@ -294,36 +421,48 @@ if HAS_GLUON:
         b_s = warpgroup_mma_wait(num_outstanding=0, deps=(s_tok,))
         if num_full > 0:
             b_p, m_i, l_i, alpha = _softmax_step(b_s, m_i, l_i, 0, q_pos, seq_k_len, diagonal, qk_scale, False,
-                                                 CAUSAL, BLOCK_N, s_layout)  # fmt: skip
+                                                 CAUSAL, BLOCK_N, s_layout, QUANTIZE_Q, P_SCALE_LOG2)  # fmt: skip
         else:
             b_p, m_i, l_i, alpha = _softmax_step(b_s, m_i, l_i, 0, q_pos, seq_k_len, diagonal, qk_scale, True,
-                                                 CAUSAL, BLOCK_N, s_layout)  # fmt: skip
-        p_prev = gl.convert_layout(b_p.to(q_smem.dtype), p_layout)
+                                                 CAUSAL, BLOCK_N, s_layout, QUANTIZE_Q, P_SCALE_LOG2)  # fmt: skip
+        p_prev = _to_p(b_p, v_bufs.dtype, p_layout)
         # interior blocks: every key visible to every row, no mask
         for j in range(1, num_full):
-            b_o, m_i, l_i, p_prev = _kv_step(j, q_smem, k_bufs, v_bufs, k_ready, v_ready, kv_empty, turns, s_zero, b_o,
-                                             m_i, l_i, p_prev, q_pos, seq_k_len, diagonal, qk_scale, False, CAUSAL,
-                                             s_layout, o_layout, p_layout, WG, PINGPONG)  # fmt: skip
+            b_o, m_i, l_i, p_prev = _kv_step(j, q_smem, k_bufs, v_bufs, k_ready, v_ready, kv_empty, turns, s_zero,
+                                             o_zero, b_o, m_i, l_i, p_prev, q_pos, seq_k_len, diagonal, qk_scale,
+                                             False, CAUSAL, s_layout, o_layout, p_layout, WG, PINGPONG, FP8,
+                                             P_SCALE_LOG2, TWO_LEVEL_PV, QUANTIZE_Q)  # fmt: skip
         # blocks on the causal diagonal or past the sequence's last key
         for j in range(gl.maximum(num_full, 1), num_blocks):
-            b_o, m_i, l_i, p_prev = _kv_step(j, q_smem, k_bufs, v_bufs, k_ready, v_ready, kv_empty, turns, s_zero, b_o,
-                                             m_i, l_i, p_prev, q_pos, seq_k_len, diagonal, qk_scale, True, CAUSAL,
-                                             s_layout, o_layout, p_layout, WG, PINGPONG)  # fmt: skip
+            b_o, m_i, l_i, p_prev = _kv_step(j, q_smem, k_bufs, v_bufs, k_ready, v_ready, kv_empty, turns, s_zero,
+                                             o_zero, b_o, m_i, l_i, p_prev, q_pos, seq_k_len, diagonal, qk_scale,
+                                             True, CAUSAL, s_layout, o_layout, p_layout, WG, PINGPONG, FP8,
+                                             P_SCALE_LOG2, TWO_LEVEL_PV, QUANTIZE_Q)  # fmt: skip
         last = num_blocks - 1
         mbarrier.wait(v_ready.index(last % STAGES), (last // STAGES) & 1)
         if ZERO_TAIL and (last + 1) * BLOCK_N > seq_k_len:
             # The last block runs past the sequence: its V rows there belong to the next sequence or to whatever
             # follows the last one, and P = 0 does not cancel a non-finite value. Zero them before P@V.
-            _zero_rows_from(v_bufs.index(last % STAGES), seq_k_len - last * BLOCK_N, num_warps)
+            if FP8:
+                _zero_cols_from(v_bufs.index(last % STAGES), seq_k_len - last * BLOCK_N, num_warps)
+            else:
+                _zero_rows_from(v_bufs.index(last % STAGES), seq_k_len - last * BLOCK_N, num_warps)
         _wait_turn(turns, num_blocks, WG, PINGPONG)
-        o_tok = warpgroup_mma(p_prev, v_bufs.index(last % STAGES), b_o, is_async=True)
+        o_tok = _pv_issue(p_prev, _v_operand(v_bufs, last % STAGES, FP8), b_o, o_zero, TWO_LEVEL_PV)
         _pass_turn(turns, WG, PINGPONG)
-        b_o = warpgroup_mma_wait(num_outstanding=0, deps=(o_tok,))
+        if TWO_LEVEL_PV:
+            b_o = b_o + warpgroup_mma_wait(num_outstanding=0, deps=(o_tok,))
+        else:
+            b_o = warpgroup_mma_wait(num_outstanding=0, deps=(o_tok,))
         mbarrier.arrive(kv_empty.index(last % STAGES), count=1)
 
         # Rows that saw no key have l = 0 and O = 0: divide by 1 so they come out as 0, not NaN.
         l_safe = gl.where(l_i == 0.0, 1.0, l_i)
-        b_o = b_o * gl.expand_dims(gl.convert_layout(1.0 / l_safe, gl.SliceLayout(1, o_layout)), 1)
+        if FP8:
+            o_factor = out_scale / l_safe
+        else:
+            o_factor = 1.0 / l_safe
+        b_o = b_o * gl.expand_dims(gl.convert_layout(o_factor, gl.SliceLayout(1, o_layout)), 1)
         # 16-byte stores: each thread writes 8 consecutive elements of a row
         store_layout: gl.constexpr = gl.BlockedLayout([1, 8], [32 // (HEAD_DIM // 8), HEAD_DIM // 8], [num_warps, 1],
                                                       [1, 0])  # fmt: skip
@@ -334,20 +473,26 @@ if HAS_GLUON:
         p_o = out_ptr + gl.expand_dims(i_tok * stride_o_tok, 1) + q_head * stride_o_head + gl.expand_dims(o_d, 0)
         gl.store(p_o, b_out, mask=gl.expand_dims(o_row < seq_q_len, 1))
         if RETURN_LSE:
-            lse = gl.where(l_i == 0.0, float("-inf"), (m_i + gl.log2(l_safe)) * 0.6931471805599453)
+            m_lse = m_i
+            if P_SCALE_LOG2 != 0:
+                m_lse = m_i - P_SCALE_LOG2  # l is 2^P_SCALE_LOG2 too large
+            lse = gl.where(l_i == 0.0, float("-inf"), (m_lse + gl.log2(l_safe)) * 0.6931471805599453)
             i_tok_r = (seq_q_start + q_pos).to(gl.int64)
             gl.store(lse_ptr + q_head.to(gl.int64) * stride_lse_head + i_tok_r, lse, mask=q_pos < seq_q_len)
 
     @gluon.jit
-    def _consumer_default(q_tile_smem, k_bufs, v_bufs, q_ready, k_ready, v_ready, kv_empty, turns, out_ptr, lse_ptr,
-                          seq_q_start, seq_q_len, q_tile_start, q_head, seq_k_len, num_blocks, qk_scale,
-                          stride_o_tok, stride_o_head, stride_lse_head, ROW0: gl.constexpr, ROWS: gl.constexpr,
-                          CAUSAL: gl.constexpr, PINGPONG: gl.constexpr, RETURN_LSE: gl.constexpr,
-                          ZERO_TAIL: gl.constexpr, num_warps: gl.constexpr):  # fmt: skip
+    def _consumer_default(q_tile_smem, k_bufs, v_bufs, q_ready, k_ready, v_ready, kv_empty, turns, q_ptr, out_ptr,
+                          lse_ptr, seq_q_start, seq_q_len, q_tile_start, q_head, seq_k_len, num_blocks, qk_scale,
+                          out_scale, stride_q_tok, stride_q_head, stride_o_tok, stride_o_head, stride_lse_head,
+                          ROW0: gl.constexpr, ROWS: gl.constexpr, CAUSAL: gl.constexpr, PINGPONG: gl.constexpr,
+                          RETURN_LSE: gl.constexpr, ZERO_TAIL: gl.constexpr, FP8: gl.constexpr,
+                          P_SCALE_LOG2: gl.constexpr, TWO_LEVEL: gl.constexpr, QUANTIZE_Q: gl.constexpr,
+                          Q_MAX: gl.constexpr, num_warps: gl.constexpr):  # fmt: skip
         # the default partition of gl.warp_specialize must return a tuple
-        _consumer(q_tile_smem, k_bufs, v_bufs, q_ready, k_ready, v_ready, kv_empty, turns, out_ptr, lse_ptr,
-                  seq_q_start, seq_q_len, q_tile_start, q_head, seq_k_len, num_blocks, qk_scale, stride_o_tok,
-                  stride_o_head, stride_lse_head, ROW0, ROWS, CAUSAL, PINGPONG, RETURN_LSE, ZERO_TAIL,
+        _consumer(q_tile_smem, k_bufs, v_bufs, q_ready, k_ready, v_ready, kv_empty, turns, q_ptr, out_ptr, lse_ptr,
+                  seq_q_start, seq_q_len, q_tile_start, q_head, seq_k_len, num_blocks, qk_scale, out_scale,
+                  stride_q_tok, stride_q_head, stride_o_tok, stride_o_head, stride_lse_head, ROW0, ROWS, CAUSAL,
+                  PINGPONG, RETURN_LSE, ZERO_TAIL, FP8, P_SCALE_LOG2, TWO_LEVEL, QUANTIZE_Q, Q_MAX,
                   num_warps)  # fmt: skip
         return ()
 
@@ -360,9 +505,10 @@ if HAS_GLUON:
         ]
     )  # fmt: skip
     def attention_fwd_hopper_kernel(
-        q_desc,  # q as [total_q, Hq * D], blocks [BLOCK_M, D]
+        q_desc,  # q as [total_q, Hq * D], blocks [BLOCK_M, D] (QUANTIZE_Q: only its fp8 block type is used)
         k_desc,  # k as [total_k, Hk * D], blocks [BLOCK_N, D] (PAGED: only its block shape and layout are used)
-        v_desc,  # v as [total_k, Hk * D], blocks [BLOCK_N, D] (PAGED: as k_desc)
+        v_desc,  # v as [total_k, Hk * D], blocks [BLOCK_N, D] (PAGED: as k_desc; FP8: [Hk * D, keys], [D, BLOCK_N])
+        q_ptr,  # QUANTIZE_Q: the 16-bit q [total_q, Hq, D]; else unused
         k_ptr,  # PAGED: [num_cache_blocks, PAGE_SIZE, Hk, D] (any strides, D contiguous); else unused
         v_ptr,  # PAGED: as k_ptr
         out_ptr,  # [total_q, Hq, D]
@@ -371,12 +517,17 @@ if HAS_GLUON:
         cu_seqlens_k_ptr,  # [batch + 1] int32 (contiguous K/V)
         seqused_k_ptr,  # [batch] int32 (HAS_SEQUSED)
         block_table_ptr,  # [batch, max_blocks] int32 (PAGED)
+        q_descale_ptr,  # fp32, [batch | broadcast, Hk | broadcast] (HAS_Q_DESCALE); likewise k and v
+        k_descale_ptr,
+        v_descale_ptr,
         num_seqs,
         total_q,  # rows of q / out: no store goes past them, whatever cu_seqlens_q holds
         total_k,  # rows of contiguous k / v
         num_cache_blocks,  # PAGED: blocks in the cache (block ids are clamped to them)
         max_blocks,  # PAGED: block-table columns
         softmax_scale,
+        stride_q_tok,
+        stride_q_head,
         stride_o_tok,
         stride_o_head,
         stride_lse_head,
@@ -387,6 +538,12 @@ if HAS_GLUON:
         stride_v_blk,
         stride_v_slot,
         stride_v_head,
+        stride_qdesc_seq,
+        stride_qdesc_head,
+        stride_kdesc_seq,
+        stride_kdesc_head,
+        stride_vdesc_seq,
+        stride_vdesc_head,
         GROUP: gl.constexpr,  # q heads per kv head
         CAUSAL: gl.constexpr,
         PINGPONG: gl.constexpr,  # the consumer warpgroups alternate their wgmma issue (see _wait_turn)
@@ -397,6 +554,14 @@ if HAS_GLUON:
         SEQ_FILTER: gl.constexpr,  # 0 all sequences, 1 only those with more than DECODE_MAX_Q queries
         DECODE_MAX_Q: gl.constexpr,
         STAGES: gl.constexpr,
+        FP8: gl.constexpr,  # fp8 K and V (V key-major), fp8 dots
+        P_SCALE_LOG2: gl.constexpr,  # FP8: log2 of P's factor before its cast (tritonfa.fp8.p_scale); else 0
+        TWO_LEVEL: gl.constexpr,  # FP8: each block's P@V added to O in fp32
+        QUANTIZE_Q: gl.constexpr,  # FP8 with a 16-bit q: rounded to fp8 here, per row
+        Q_MAX: gl.constexpr,  # QUANTIZE_Q: the largest |q| after its row scale
+        HAS_Q_DESCALE: gl.constexpr,
+        HAS_K_DESCALE: gl.constexpr,
+        HAS_V_DESCALE: gl.constexpr,
         num_warps: gl.constexpr,
     ):
         BLOCK_M: gl.constexpr = q_desc.block_type.shape[0]
@@ -456,6 +621,13 @@ if HAS_GLUON:
                     mbarrier.init(v_ready.index(i), count=READY_COUNT)
                     mbarrier.init(kv_empty.index(i), count=2)  # both consumer warpgroups hand a slot back
                 qk_scale = softmax_scale * 1.4426950408889634  # log2 domain: exp2 with the scale folded in
+                out_scale = gl.to_tensor(1.0)  # FP8 only: O's factor besides 1 / l
+                if HAS_Q_DESCALE:
+                    qk_scale *= gl.load(q_descale_ptr + seq * stride_qdesc_seq + kv_head * stride_qdesc_head)
+                if HAS_K_DESCALE:
+                    qk_scale *= gl.load(k_descale_ptr + seq * stride_kdesc_seq + kv_head * stride_kdesc_head)
+                if HAS_V_DESCALE:
+                    out_scale *= gl.load(v_descale_ptr + seq * stride_vdesc_seq + kv_head * stride_vdesc_head)
                 HALF: gl.constexpr = BLOCK_M // 2
                 FIRST: gl.constexpr = 0
                 ZERO_TAIL: gl.constexpr = not PAGED  # paged copies zero-fill keys past the sequence themselves
@@ -466,19 +638,21 @@ if HAS_GLUON:
                 gl.warp_specialize(
                     [
                         (_consumer_default, (q_smem, k_bufs, v_bufs, q_ready, k_ready, v_ready, kv_empty, turns,
-                                             out_ptr, lse_ptr, seq_q_start, seq_q_len, q_tile_start, q_head,
-                                             seq_k_len, num_blocks, qk_scale, stride_o_tok, stride_o_head,
-                                             stride_lse_head, FIRST, HALF, CAUSAL, PINGPONG, RETURN_LSE, ZERO_TAIL,
-                                             num_warps)),
-                        (_consumer, (q_smem, k_bufs, v_bufs, q_ready, k_ready, v_ready, kv_empty, turns, out_ptr,
-                                     lse_ptr, seq_q_start, seq_q_len, q_tile_start, q_head, seq_k_len, num_blocks,
-                                     qk_scale, stride_o_tok, stride_o_head, stride_lse_head, HALF, HALF, CAUSAL,
-                                     PINGPONG, RETURN_LSE, ZERO_TAIL, num_warps)),
+                                             q_ptr, out_ptr, lse_ptr, seq_q_start, seq_q_len, q_tile_start, q_head,
+                                             seq_k_len, num_blocks, qk_scale, out_scale, stride_q_tok, stride_q_head,
+                                             stride_o_tok, stride_o_head, stride_lse_head, FIRST, HALF, CAUSAL,
+                                             PINGPONG, RETURN_LSE, ZERO_TAIL, FP8, P_SCALE_LOG2, TWO_LEVEL, QUANTIZE_Q,
+                                             Q_MAX, num_warps)),
+                        (_consumer, (q_smem, k_bufs, v_bufs, q_ready, k_ready, v_ready, kv_empty, turns, q_ptr,
+                                     out_ptr, lse_ptr, seq_q_start, seq_q_len, q_tile_start, q_head, seq_k_len,
+                                     num_blocks, qk_scale, out_scale, stride_q_tok, stride_q_head, stride_o_tok,
+                                     stride_o_head, stride_lse_head, HALF, HALF, CAUSAL, PINGPONG, RETURN_LSE,
+                                     ZERO_TAIL, FP8, P_SCALE_LOG2, TWO_LEVEL, QUANTIZE_Q, Q_MAX, num_warps)),
                         (_producer, (q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_ready, k_ready, v_ready,
                                      kv_empty, seq_q_start + q_tile_start, q_head * HEAD_DIM, seq_k_start, k_ptr,
                                      v_ptr, block_table_ptr, seq, stride_bt_seq, num_cache_blocks, max_blocks,
                                      seq_k_len, kv_head, stride_k_blk, stride_k_slot, stride_k_head, stride_v_blk,
-                                     stride_v_slot, stride_v_head, num_blocks, PAGED, PAGE_SIZE)),
+                                     stride_v_slot, stride_v_head, num_blocks, PAGED, PAGE_SIZE, FP8, QUANTIZE_Q)),
                     ],
                     [num_warps, PRODUCER_WARPS],
                     [WORKER_REGS, PRODUCER_REGS_],
@@ -504,18 +678,23 @@ if HAS_GLUON:
 
 def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table,
                         softmax_scale: float, causal: bool, seq_filter: int, decode_max_q: int,
-                        pingpong: bool = True):  # fmt: skip
-    """(kernel, grid, args, constexprs, options) of one warp-specialized prefill launch; `supports` must hold."""
+                        pingpong: bool = True, q_descale=None, k_descale=None, v_descale=None,
+                        v_key_major=None, quantize_q: bool = False, two_level: bool = True):  # fmt: skip
+    """(kernel, grid, args, constexprs, options) of one warp-specialized prefill launch; `supports` must hold.
+
+    fp8 K/V: v_key_major is V's key-major copy [Hk, D, keys padded to 16] (the launcher makes it); quantize_q rounds
+    a 16-bit q to K's fp8 type in the kernel. Descales: fp32 of shape [], [1] or [batch, Hk].
+    """
     total_q, num_q_heads, head_dim = q.shape
     paged = block_table is not None
+    fp8 = is_fp8(k.dtype)
     num_kv_heads = k.shape[-2]
     num_seqs = cu_seqlens_q.shape[0] - 1
     block_n, stages = tiles_for(head_dim)
-    dtype = gl.float16 if q.dtype == torch.float16 else gl.bfloat16
 
     def descriptor(t: torch.Tensor, rows: int) -> GluonTensorDescriptor:
         flat_shape = [t.shape[0], t.shape[1] * head_dim]
-        layout = gl.NVMMASharedLayout.get_default_for([rows, head_dim], dtype)
+        layout = gl.NVMMASharedLayout.get_default_for([rows, head_dim], _GL_DTYPES[t.dtype])
         return GluonTensorDescriptor(t, flat_shape, [t.stride(0), 1], [rows, head_dim], layout)
 
     if paged:
@@ -524,20 +703,32 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
         page_size, num_cache_blocks, max_blocks = k.shape[1], k.shape[0], block_table.shape[1]
         total_k = 0
     else:
-        k_desc, v_desc = descriptor(k, block_n), descriptor(v, block_n)
+        k_desc = descriptor(k, block_n)
+        if fp8:
+            # [Hk * D, keys] in tiles [D, BLOCK_N]: keys contiguous, the K-major B operand of the fp8 P@V
+            padded = v_key_major.shape[-1]
+            layout = gl.NVMMASharedLayout.get_default_for([head_dim, block_n], _GL_DTYPES[v.dtype])
+            v_desc = GluonTensorDescriptor(v_key_major, [num_kv_heads * head_dim, padded], [padded, 1],
+                                           [head_dim, block_n], layout)  # fmt: skip
+        else:
+            v_desc = descriptor(v, block_n)
         kv_strides = (0,) * 6
         page_size, num_cache_blocks, max_blocks = 1, 1, 1
         total_k = k.shape[0]
+    # QUANTIZE_Q: the consumers load q themselves; the descriptor (of k, never loaded) only gives q's fp8 tiles
+    q_desc = descriptor(k, BLOCK_M) if quantize_q else descriptor(q, BLOCK_M)
     grid = (num_q_heads, total_q // BLOCK_M + num_seqs)
     args = (
-        descriptor(q, BLOCK_M), k_desc, v_desc,
+        q_desc, k_desc, v_desc, q,
         k if paged else out, v if paged else out, out, lse if lse is not None else out,
         cu_seqlens_q, cu_seqlens_k if cu_seqlens_k is not None else cu_seqlens_q,
         seqused_k if seqused_k is not None else cu_seqlens_q,
         block_table if paged else cu_seqlens_q,
+        *(d if d is not None else out for d in (q_descale, k_descale, v_descale)),
         num_seqs, total_q, total_k, num_cache_blocks, max_blocks, float(softmax_scale),
-        out.stride(0), out.stride(1), lse.stride(0) if lse is not None else 0,
+        q.stride(0), q.stride(1), out.stride(0), out.stride(1), lse.stride(0) if lse is not None else 0,
         block_table.stride(0) if paged else 0, *kv_strides,
+        *(s for d in (q_descale, k_descale, v_descale) for s in _descale_strides(d)),
     )  # fmt: skip
     constexprs = dict(
         GROUP=num_q_heads // num_kv_heads,
@@ -550,8 +741,23 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
         SEQ_FILTER=seq_filter,
         DECODE_MAX_Q=decode_max_q,
         STAGES=stages,
+        FP8=fp8,
+        P_SCALE_LOG2=int(math.log2(p_scale(v.dtype))) if fp8 else 0,
+        TWO_LEVEL=two_level,
+        QUANTIZE_Q=quantize_q,
+        Q_MAX=fp8_max(k.dtype) if quantize_q else 0.0,
+        HAS_Q_DESCALE=q_descale is not None,
+        HAS_K_DESCALE=k_descale is not None,
+        HAS_V_DESCALE=v_descale is not None,
     )
     return attention_fwd_hopper_kernel, grid, args, constexprs, {"num_warps": NUM_WARPS}
+
+
+def _descale_strides(descale: torch.Tensor | None) -> tuple[int, int]:
+    """(sequence, kv head) strides of a descale of shape [], [1] (broadcast: 0, 0) or [batch, Hk]."""
+    if descale is None or descale.dim() < 2:
+        return 0, 0
+    return descale.stride(0), descale.stride(1)
 
 
 __all__ = ["HAS_GLUON", "plan_hopper_prefill", "supports", "tiles_for", "triton"]
