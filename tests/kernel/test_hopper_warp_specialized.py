@@ -169,12 +169,35 @@ def test_which_fp8_calls_take_the_warp_specialized_path(monkeypatch):
     assert _plan(qkv) == [PORTABLE], "ws_fp8 is opt-in"
 
 
-def _fp8_batch(head_size: int, q_dtype: torch.dtype):
-    """Odd lengths, an empty sequence, more queries than keys, a cached prefix; NaN keys after the last sequence."""
+@pytest.mark.parametrize("total_k", [0, 5, 37, 64])
+def test_fp8_key_order_is_the_same_for_p_and_v(total_k):
+    """The fp8 P@V reads P with each group of 16 keys reordered (the reshape/permute in attention_hopper._to_p) and V
+    from key_major_v's copy: both in one order, so the sum over keys is still P @ V; the copy's padding is zeros."""
+    fp8 = torch.float8_e4m3fn
+    v = torch.randn(total_k, 2, 8).to(fp8)
+    storage = attention_hopper.key_major_v(v)  # [Hk, D, keys padded to 16]
+    padded = storage.shape[-1]
+    assert storage.dtype == fp8 and storage.shape == (2, 8, -(-total_k // 16) * 16)
+    order = torch.tensor(attention_hopper.FP8_KEY_ORDER)
+    slot = torch.arange(padded)
+    key_of_slot = slot - slot % 16 + order[slot % 16]
+    assert not storage.float()[:, :, key_of_slot >= total_k].any(), "padding keys are zeros"
+    p = torch.rand(5, padded)
+    p_slots = p.view(5, padded // 16, 2, 4, 2).permute(0, 1, 3, 2, 4).reshape(5, padded)  # as _to_p
+    for group in range(padded // 16):
+        assert torch.equal(p_slots[:, 16 * group : 16 * group + 16], p[:, 16 * group + order])
+    for head in range(2):
+        expected = p[:, :total_k] @ v[:, head].float()
+        torch.testing.assert_close(p_slots @ storage[head].float().T, expected)
+
+
+def _fp8_batch(head_size: int, q_dtype: torch.dtype, use_seqused_k: bool = False):
+    """Odd lengths, an empty sequence, more queries than keys, a cached prefix; NaN keys after the last sequence
+    (use_seqused_k: after every sequence too, so the 16-key group a sequence's key grid starts on holds NaN)."""
     seqlens_q = [scaled(1, 1), 0, 129, 128, 300, scaled(17, 1000), 77, 200]
     seqlens_k = [scaled(1, 1), 5, 129, 128, 200, scaled(17, 1000), 333, 450]
     inputs = make_inputs(seqlens_q, seqlens_k, num_heads=(32, 8), head_size=head_size, dtype=q_dtype,
-                         kv_dtype=torch.float8_e4m3fn)  # fmt: skip
+                         kv_dtype=torch.float8_e4m3fn, use_seqused_k=use_seqused_k)  # fmt: skip
     nan_tail = torch.full((37, *inputs.k.shape[1:]), float("nan"), device=DEVICE).to(inputs.k.dtype)
     inputs.k = torch.cat([inputs.k, nan_tail])
     inputs.v = torch.cat([inputs.v, nan_tail])
@@ -186,10 +209,13 @@ def _fp8_batch(head_size: int, q_dtype: torch.dtype):
 @pytest.mark.parametrize("causal", [True, False])
 @pytest.mark.parametrize("two_level", [True, False])
 @pytest.mark.parametrize("descale_kind", ["scalar", "per_head"])
-def test_warp_specialized_fp8_prefill_matches_reference(monkeypatch, head_size, causal, two_level, descale_kind):
-    """fp8 q/k/v with descales: V through its key-major copy, P scaled into e4m3's range."""
+@pytest.mark.parametrize("use_seqused_k", [False, True])
+def test_warp_specialized_fp8_prefill_matches_reference(monkeypatch, head_size, causal, two_level, descale_kind,
+                                                         use_seqused_k):  # fmt: skip
+    """fp8 q/k/v with descales: V through its key-major copy (keys reordered per group of 16, the key grid starting
+    on a group), P scaled into e4m3's range."""
     monkeypatch.setenv("TRITONFA_CONFIG", _ws_fp8_config(ws_fp8_two_level=two_level))
-    inputs = _fp8_batch(head_size, torch.float8_e4m3fn)
+    inputs = _fp8_batch(head_size, torch.float8_e4m3fn, use_seqused_k)
     assert _plan(inputs)[0] == WS
     descales = {name: fp8_descale(descale_kind, inputs.batch, inputs.num_kv_heads)
                 for name in ("q_descale", "k_descale", "v_descale")}  # fmt: skip

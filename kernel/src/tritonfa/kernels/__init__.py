@@ -19,7 +19,7 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 from tritonfa.configs import all_configs
 from tritonfa.fp8 import default_fp8_dtype
 from tritonfa.kernels import attention_hopper
-from tritonfa.kernels.attention import _TORCH_TO_TL, KernelLaunch, _key_major_copy, plan_attention
+from tritonfa.kernels.attention import _TORCH_TO_TL, KernelLaunch, plan_attention
 
 _SCALAR_FLOATS = ("softmax_scale", "softcap")
 
@@ -217,8 +217,7 @@ def _hopper_prefill_specs() -> list[dict[str, Any]]:
         fn, _, args, constexprs, options = attention_hopper.plan_hopper_prefill(
             inputs["q"], inputs["k"], inputs["v"], out, lse, inputs["cu_seqlens_q"], inputs["cu_seqlens_k"],
             inputs["seqused_k"], inputs["block_table"], 0.125, causal, 1, 16, pingpong,
-            inputs["q_descale"], inputs["k_descale"], inputs["v_descale"],
-            _key_major_copy(inputs["v"]) if fp8_kv else None, quantize_q, two_level,
+            inputs["q_descale"], inputs["k_descale"], inputs["v_descale"], quantize_q, two_level,
         )  # fmt: skip
         name = (
             f"{fn.__name__}[hopper d{head_dim} CAUSAL={causal} RETURN_LSE={lse is not None} PINGPONG={pingpong} "

@@ -835,11 +835,9 @@ def _plan_hopper_prefill(
     q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, softmax_scale, causal,
     config: AttentionConfig, q_descale, k_descale, v_descale, quantize_q, seq_filter,
 ):  # fmt: skip
-    v_key_major = _key_major_copy(v) if is_fp8(v.dtype) else None  # fp8 wgmma reads V K-major
     fn, grid, args, constexprs, options = attention_hopper.plan_hopper_prefill(
         q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, softmax_scale, causal, seq_filter,
-        DECODE_MAX_SEQLEN_Q, config.ws_pingpong, q_descale, k_descale, v_descale, v_key_major, quantize_q,
-        config.ws_fp8_two_level,
+        DECODE_MAX_SEQLEN_Q, config.ws_pingpong, q_descale, k_descale, v_descale, quantize_q, config.ws_fp8_two_level,
     )  # fmt: skip
     return KernelLaunch(fn, grid, args, constexprs, options)
 

@@ -83,6 +83,38 @@ def tiles_for(head_dim: int) -> tuple[int, int]:
     return 64, 2
 
 
+# fp8 P@V: within each group of 16 keys, the key that A-operand slot s of P holds (see _to_p). Slot s = 4a + 2b + c
+# holds key 8b + 2a + c: the reshape [2, 4, 2] -> permute (1, 0, 2) of a group's keys.
+FP8_KEY_GROUP = 16
+FP8_KEY_ORDER = tuple(8 * ((s // 2) % 2) + 2 * (s // 4) + s % 2 for s in range(FP8_KEY_GROUP))
+
+
+def key_major_v(v: torch.Tensor) -> torch.Tensor:
+    """V [total_k, Hk, D] copied key-major for the fp8 P@V: [Hk, D, total_k padded to 16], each aligned group of 16
+    keys in FP8_KEY_ORDER (slot s holds key FP8_KEY_ORDER[s]); the padding holds zeros.
+
+    Strided copies only (no index tensors: nothing crosses from the host, so it can be captured in a CUDA graph).
+    """
+    total_k, num_heads, head_dim = v.shape
+    groups, rem = divmod(total_k, FP8_KEY_GROUP)
+    padded = (groups + (rem > 0)) * FP8_KEY_GROUP
+    raw = v.view(torch.uint8) if v.element_size() == 1 else v  # fp8 copies through uint8: no fp8 kernels needed
+    storage = torch.empty((num_heads, head_dim, padded), dtype=raw.dtype, device=v.device)
+
+    def reorder(src: torch.Tensor, first: int, count: int) -> None:
+        # src [count * 16, Hk, D] -> storage[:, :, first : first + count * 16] with keys (b, a, c) stored as (a, b, c)
+        grouped = src.view(count, 2, 4, 2, num_heads, head_dim).permute(4, 5, 0, 2, 1, 3)
+        storage[:, :, first : first + count * FP8_KEY_GROUP].view(num_heads, head_dim, count, 4, 2, 2).copy_(grouped)
+
+    if groups:
+        reorder(raw[: groups * FP8_KEY_GROUP], 0, groups)
+    if rem:
+        tail = torch.zeros((FP8_KEY_GROUP, num_heads, head_dim), dtype=raw.dtype, device=v.device)
+        tail[:rem] = raw[groups * FP8_KEY_GROUP :]
+        reorder(tail, groups * FP8_KEY_GROUP, 1)
+    return storage.view(v.dtype)
+
+
 def supports(q, k, v, out, paged: bool, features: dict, fp8: bool = False, quantize_q: bool = False) -> bool:
     """Whether this path computes the call exactly as the portable kernel would (else the launcher falls back).
 
@@ -233,15 +265,20 @@ if HAS_GLUON:
             mbarrier.arrive(turns.index(1 - WG), count=1)
 
     @gluon.jit
-    def _softmax_step(b_s, m_i, l_i, j, q_pos, seq_k_len, diagonal, qk_scale, MASKED: gl.constexpr,
+    def _softmax_step(b_s, m_i, l_i, j, key_shift, q_pos, seq_k_len, diagonal, qk_scale, MASKED: gl.constexpr,
                       CAUSAL: gl.constexpr, BLOCK_N: gl.constexpr, s_layout: gl.constexpr,
                       ROW_SCALE: gl.constexpr, P_SCALE_LOG2: gl.constexpr):  # fmt: skip
         # b_s: [BM, BN] raw scores of key block j; returns P (fp32), the new running max and sum, and O's factor.
         # qk_scale: scores -> log2 units, a scalar or (ROW_SCALE, a quantized q's row scales) [BM] and positive.
         # P_SCALE_LOG2: P (and l) come out 2^P_SCALE_LOG2 times larger, for fp8 P's range.
+        # Block j starts key_shift keys before key j * BLOCK_N of the sequence (fp8: the key grid starts on a group
+        # of the key-major copy; 0 otherwise); keys before the sequence's first are masked like those after its last.
         if MASKED:
-            k_pos = j * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))  # [BN]
-            valid = gl.expand_dims(k_pos < seq_k_len, 0)
+            k_pos = j * BLOCK_N - key_shift + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))  # [BN]
+            if P_SCALE_LOG2 != 0:
+                valid = gl.expand_dims((k_pos < seq_k_len) & (k_pos >= 0), 0)
+            else:
+                valid = gl.expand_dims(k_pos < seq_k_len, 0)
             if CAUSAL:
                 valid = valid & (gl.expand_dims(k_pos, 0) <= gl.expand_dims(q_pos + diagonal, 1))
             b_s = gl.where(valid, b_s, float("-inf"))
@@ -270,19 +307,50 @@ if HAS_GLUON:
 
     @gluon.jit
     def _to_p(b_p, dtype: gl.constexpr, p_layout: gl.constexpr):
-        # P (fp32) as the A operand of P@V
-        return gl.convert_layout(b_p.to(dtype), p_layout)
+        # P (fp32, s layout) as the next P@V's A operand: 16-bit P in its dot-operand layout. fp8 P is carried to the
+        # next step as fp16 pairs in the order _fp8_operand wants (a loop-carried fp8 tensor lives as one byte per
+        # register and is repacked at every wgmma: ~180 instructions per block on sm_90).
+        IS_FP8: gl.constexpr = dtype.primitive_bitwidth == 8
+        if IS_FP8:
+            # keys of each 16-key group reordered 0 1 8 9 2 3 10 11 4 5 12 13 6 7 14 15: then the four P values of
+            # one A-operand register are already in one thread (the key-major V copy holds its keys in the same
+            # order, `tritonfa.kernels.attention.FP8_KEY_ORDER`)
+            BM: gl.constexpr = b_p.type.shape[0]
+            BN: gl.constexpr = b_p.type.shape[1]
+            p = gl.reshape(b_p, [BM, BN // 16, 2, 4, 2])
+            p = gl.reshape(gl.permute(p, [0, 1, 3, 2, 4]), [BM, BN]).to(gl.float16)
+        else:
+            p = gl.convert_layout(b_p.to(dtype), p_layout)
+        return p
 
     @gluon.jit
-    def _pv_issue(p_prev, v_op, b_o, o_zero, TWO_LEVEL: gl.constexpr):
-        if TWO_LEVEL:
-            return warpgroup_mma(p_prev, v_op, o_zero, use_acc=False, is_async=True)
+    def _fp8_operand(p16, p_layout: gl.constexpr):
+        # fp16 P (from _to_p) -> e4m3, four values packed per register in place: no data moves between threads.
+        # pack=4: each asm instance gets two fp16 pairs ($1: values 0 1, $2: values 2 3) and returns four bytes
+        p8 = gl.inline_asm_elementwise(
+            asm="{ .reg .b16 lo, hi; cvt.rn.satfinite.e4m3x2.f16x2 lo, $1; cvt.rn.satfinite.e4m3x2.f16x2 hi, $2; "
+            "mov.b32 $0, {lo, hi}; }",
+            constraints="=r,r,r", args=[p16], dtype=gl.float8e4nv, is_pure=True, pack=4,
+        )  # fmt: skip
+        return gl.convert_layout(p8, p_layout, assert_trivial=True)
+
+    @gluon.jit
+    def _pv_issue(p_prev, v_op, b_o, o_zero, p_layout: gl.constexpr, TWO_LEVEL: gl.constexpr):
+        # O += P @ V (async); TWO_LEVEL: P @ V alone, added to O after the wait
+        FP8_P: gl.constexpr = p_layout.k_width == 4
+        if FP8_P:
+            a = _fp8_operand(p_prev, p_layout)
         else:
-            return warpgroup_mma(p_prev, v_op, b_o, is_async=True)
+            a = p_prev
+        if TWO_LEVEL:
+            tok = warpgroup_mma(a, v_op, o_zero, use_acc=False, is_async=True)
+        else:
+            tok = warpgroup_mma(a, v_op, b_o, is_async=True)
+        return tok
 
     @gluon.jit
     def _kv_step(j, q_smem, k_bufs, v_bufs, k_ready, v_ready, kv_empty, turns, s_zero, o_zero, b_o, m_i, l_i,
-                 p_prev, q_pos, seq_k_len, diagonal, qk_scale,
+                 p_prev, key_shift, q_pos, seq_k_len, diagonal, qk_scale,
                  MASKED: gl.constexpr, CAUSAL: gl.constexpr, s_layout: gl.constexpr, o_layout: gl.constexpr,
                  p_layout: gl.constexpr, WG: gl.constexpr, PINGPONG: gl.constexpr, V_KEY_MAJOR: gl.constexpr,
                  P_SCALE_LOG2: gl.constexpr, TWO_LEVEL: gl.constexpr, ROW_SCALE: gl.constexpr):  # fmt: skip
@@ -295,12 +363,12 @@ if HAS_GLUON:
         _wait_turn(turns, j, WG, PINGPONG)
         s_tok = warpgroup_mma(q_smem, k_bufs.index(s).permute((1, 0)), s_zero, use_acc=False, is_async=True)
         mbarrier.wait(v_ready.index(sp), ((j - 1) // STAGES) & 1)
-        o_tok = _pv_issue(p_prev, _v_operand(v_bufs, sp, V_KEY_MAJOR), b_o, o_zero, TWO_LEVEL)
+        o_tok = _pv_issue(p_prev, _v_operand(v_bufs, sp, V_KEY_MAJOR), b_o, o_zero, p_layout, TWO_LEVEL)
         _pass_turn(turns, WG, PINGPONG)
         b_s = warpgroup_mma_wait(num_outstanding=1, deps=(s_tok,))
-        b_p, m_i, l_i, alpha = _softmax_step(b_s, m_i, l_i, j, q_pos, seq_k_len, diagonal, qk_scale, MASKED, CAUSAL,
-                                             BLOCK_N, s_layout, ROW_SCALE, P_SCALE_LOG2)  # fmt: skip
-        p_next = _to_p(b_p, p_prev.dtype, p_layout)
+        b_p, m_i, l_i, alpha = _softmax_step(b_s, m_i, l_i, j, key_shift, q_pos, seq_k_len, diagonal, qk_scale, MASKED,
+                                             CAUSAL, BLOCK_N, s_layout, ROW_SCALE, P_SCALE_LOG2)  # fmt: skip
+        p_next = _to_p(b_p, v_bufs.dtype, p_layout)
         if V_KEY_MAJOR:
             # fp8 P cannot be a dependency of the wait (8-bit registers; triton 3.6-3.9); ptxas keeps its registers
             # until the wgmma is done
@@ -334,14 +402,18 @@ if HAS_GLUON:
         _thread_barrier()  # every warp's rows before the warpgroup's P@V
 
     @gluon.jit
-    def _zero_cols_from(tile, first_col, num_warps: gl.constexpr):
-        # _zero_rows_from for a key-major V slot [D, BLOCK_N]: keys are its columns
+    def _zero_keys_outside(tile, key0, seq_k_len, num_warps: gl.constexpr):
+        # _zero_rows_from for a key-major fp8 V slot [D, BLOCK_N] whose first column is key key0 of the sequence:
+        # column c holds key key0 + 16 (c // 16) + FP8_KEY_ORDER[c % 16]; zero those outside [0, seq_k_len)
         COLS: gl.constexpr = tile.type.shape[1]
         VEC: gl.constexpr = 128 // tile.dtype.primitive_bitwidth  # 16-byte accesses
         layout: gl.constexpr = gl.BlockedLayout([1, VEC], [32 // (COLS // VEC), COLS // VEC], [num_warps, 1], [1, 0])
-        cols = gl.arange(0, COLS, layout=gl.SliceLayout(0, layout))
+        c = gl.arange(0, COLS, layout=gl.SliceLayout(0, layout))
+        slot = c % 16
+        key = key0 + (c - slot) + 8 * ((slot // 2) % 2) + 2 * (slot // 4) + slot % 2
         values = tile.load(layout)
-        tile.store(gl.where(gl.expand_dims(cols < first_col, 0), values, gl.zeros_like(values)))
+        keep = gl.expand_dims((key >= 0) & (key < seq_k_len), 0)
+        tile.store(gl.where(keep, values, gl.zeros_like(values)))
         fence_async_shared()
         _thread_barrier()
 
@@ -367,7 +439,7 @@ if HAS_GLUON:
 
     @gluon.jit
     def _consumer(q_tile_smem, k_bufs, v_bufs, q_ready, k_ready, v_ready, kv_empty, turns, q_ptr, out_ptr, lse_ptr,
-                  seq_q_start, seq_q_len, q_tile_start, q_head, seq_k_len, num_blocks, qk_scale, out_scale,
+                  seq_q_start, seq_q_len, q_tile_start, q_head, seq_k_len, num_blocks, key_shift, qk_scale, out_scale,
                   stride_q_tok, stride_q_head, stride_o_tok, stride_o_head, stride_lse_head, ROW0: gl.constexpr,
                   ROWS: gl.constexpr, CAUSAL: gl.constexpr, PINGPONG: gl.constexpr, RETURN_LSE: gl.constexpr,
                   ZERO_TAIL: gl.constexpr, FP8: gl.constexpr, P_SCALE_LOG2: gl.constexpr, TWO_LEVEL: gl.constexpr,
@@ -397,10 +469,14 @@ if HAS_GLUON:
         diagonal = seq_k_len - seq_q_len  # bottom-right alignment: query i lines up with key i + diagonal
         # blocks every key of which every row of this warpgroup may see (no mask needed)
         if CAUSAL:
-            num_full = gl.maximum(gl.minimum(q_tile_start + diagonal + 1, seq_k_len), 0) // BLOCK_N
+            num_full = (gl.maximum(gl.minimum(q_tile_start + diagonal + 1, seq_k_len), 0) + key_shift) // BLOCK_N
         else:
-            num_full = seq_k_len // BLOCK_N
+            num_full = (seq_k_len + key_shift) // BLOCK_N
         num_full = gl.minimum(num_full, num_blocks)
+        if FP8:
+            first_full = (num_full > 0) & (key_shift == 0)  # a shifted block 0 starts before the sequence
+        else:
+            first_full = num_full > 0
         s_zero = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout)
         o_zero = gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, o_layout)
         m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, row_layout)
@@ -419,36 +495,43 @@ if HAS_GLUON:
         s_tok = warpgroup_mma(q_smem, k_bufs.index(0).permute((1, 0)), s_zero, use_acc=False, is_async=True)
         _pass_turn(turns, WG, PINGPONG)
         b_s = warpgroup_mma_wait(num_outstanding=0, deps=(s_tok,))
-        if num_full > 0:
-            b_p, m_i, l_i, alpha = _softmax_step(b_s, m_i, l_i, 0, q_pos, seq_k_len, diagonal, qk_scale, False,
-                                                 CAUSAL, BLOCK_N, s_layout, QUANTIZE_Q, P_SCALE_LOG2)  # fmt: skip
+        if first_full:
+            b_p, m_i, l_i, alpha = _softmax_step(b_s, m_i, l_i, 0, key_shift, q_pos, seq_k_len, diagonal, qk_scale,
+                                                 False, CAUSAL, BLOCK_N, s_layout, QUANTIZE_Q,
+                                                 P_SCALE_LOG2)  # fmt: skip
         else:
-            b_p, m_i, l_i, alpha = _softmax_step(b_s, m_i, l_i, 0, q_pos, seq_k_len, diagonal, qk_scale, True,
-                                                 CAUSAL, BLOCK_N, s_layout, QUANTIZE_Q, P_SCALE_LOG2)  # fmt: skip
+            b_p, m_i, l_i, alpha = _softmax_step(b_s, m_i, l_i, 0, key_shift, q_pos, seq_k_len, diagonal, qk_scale,
+                                                 True, CAUSAL, BLOCK_N, s_layout, QUANTIZE_Q,
+                                                 P_SCALE_LOG2)  # fmt: skip
         p_prev = _to_p(b_p, v_bufs.dtype, p_layout)
+        if FP8:
+            if key_shift > 0:
+                # block 0's first keys belong to the sequence before: zero them (and any past this one's end)
+                mbarrier.wait(v_ready.index(0), 0)
+                _zero_keys_outside(v_bufs.index(0), -key_shift, seq_k_len, num_warps)
         # interior blocks: every key visible to every row, no mask
         for j in range(1, num_full):
             b_o, m_i, l_i, p_prev = _kv_step(j, q_smem, k_bufs, v_bufs, k_ready, v_ready, kv_empty, turns, s_zero,
-                                             o_zero, b_o, m_i, l_i, p_prev, q_pos, seq_k_len, diagonal, qk_scale,
-                                             False, CAUSAL, s_layout, o_layout, p_layout, WG, PINGPONG, FP8,
+                                             o_zero, b_o, m_i, l_i, p_prev, key_shift, q_pos, seq_k_len, diagonal,
+                                             qk_scale, False, CAUSAL, s_layout, o_layout, p_layout, WG, PINGPONG, FP8,
                                              P_SCALE_LOG2, TWO_LEVEL_PV, QUANTIZE_Q)  # fmt: skip
         # blocks on the causal diagonal or past the sequence's last key
         for j in range(gl.maximum(num_full, 1), num_blocks):
             b_o, m_i, l_i, p_prev = _kv_step(j, q_smem, k_bufs, v_bufs, k_ready, v_ready, kv_empty, turns, s_zero,
-                                             o_zero, b_o, m_i, l_i, p_prev, q_pos, seq_k_len, diagonal, qk_scale,
-                                             True, CAUSAL, s_layout, o_layout, p_layout, WG, PINGPONG, FP8,
+                                             o_zero, b_o, m_i, l_i, p_prev, key_shift, q_pos, seq_k_len, diagonal,
+                                             qk_scale, True, CAUSAL, s_layout, o_layout, p_layout, WG, PINGPONG, FP8,
                                              P_SCALE_LOG2, TWO_LEVEL_PV, QUANTIZE_Q)  # fmt: skip
         last = num_blocks - 1
         mbarrier.wait(v_ready.index(last % STAGES), (last // STAGES) & 1)
-        if ZERO_TAIL and (last + 1) * BLOCK_N > seq_k_len:
+        if ZERO_TAIL and (last + 1) * BLOCK_N - key_shift > seq_k_len:
             # The last block runs past the sequence: its V rows there belong to the next sequence or to whatever
             # follows the last one, and P = 0 does not cancel a non-finite value. Zero them before P@V.
             if FP8:
-                _zero_cols_from(v_bufs.index(last % STAGES), seq_k_len - last * BLOCK_N, num_warps)
+                _zero_keys_outside(v_bufs.index(last % STAGES), last * BLOCK_N - key_shift, seq_k_len, num_warps)
             else:
                 _zero_rows_from(v_bufs.index(last % STAGES), seq_k_len - last * BLOCK_N, num_warps)
         _wait_turn(turns, num_blocks, WG, PINGPONG)
-        o_tok = _pv_issue(p_prev, _v_operand(v_bufs, last % STAGES, FP8), b_o, o_zero, TWO_LEVEL_PV)
+        o_tok = _pv_issue(p_prev, _v_operand(v_bufs, last % STAGES, FP8), b_o, o_zero, p_layout, TWO_LEVEL_PV)
         _pass_turn(turns, WG, PINGPONG)
         if TWO_LEVEL_PV:
             b_o = b_o + warpgroup_mma_wait(num_outstanding=0, deps=(o_tok,))
@@ -482,15 +565,16 @@ if HAS_GLUON:
 
     @gluon.jit
     def _consumer_default(q_tile_smem, k_bufs, v_bufs, q_ready, k_ready, v_ready, kv_empty, turns, q_ptr, out_ptr,
-                          lse_ptr, seq_q_start, seq_q_len, q_tile_start, q_head, seq_k_len, num_blocks, qk_scale,
-                          out_scale, stride_q_tok, stride_q_head, stride_o_tok, stride_o_head, stride_lse_head,
+                          lse_ptr, seq_q_start, seq_q_len, q_tile_start, q_head, seq_k_len, num_blocks, key_shift,
+                          qk_scale, out_scale, stride_q_tok, stride_q_head, stride_o_tok, stride_o_head,
+                          stride_lse_head,
                           ROW0: gl.constexpr, ROWS: gl.constexpr, CAUSAL: gl.constexpr, PINGPONG: gl.constexpr,
                           RETURN_LSE: gl.constexpr, ZERO_TAIL: gl.constexpr, FP8: gl.constexpr,
                           P_SCALE_LOG2: gl.constexpr, TWO_LEVEL: gl.constexpr, QUANTIZE_Q: gl.constexpr,
                           Q_MAX: gl.constexpr, num_warps: gl.constexpr):  # fmt: skip
         # the default partition of gl.warp_specialize must return a tuple
         _consumer(q_tile_smem, k_bufs, v_bufs, q_ready, k_ready, v_ready, kv_empty, turns, q_ptr, out_ptr, lse_ptr,
-                  seq_q_start, seq_q_len, q_tile_start, q_head, seq_k_len, num_blocks, qk_scale, out_scale,
+                  seq_q_start, seq_q_len, q_tile_start, q_head, seq_k_len, num_blocks, key_shift, qk_scale, out_scale,
                   stride_q_tok, stride_q_head, stride_o_tok, stride_o_head, stride_lse_head, ROW0, ROWS, CAUSAL,
                   PINGPONG, RETURN_LSE, ZERO_TAIL, FP8, P_SCALE_LOG2, TWO_LEVEL, QUANTIZE_Q, Q_MAX,
                   num_warps)  # fmt: skip
@@ -598,7 +682,13 @@ if HAS_GLUON:
                 kv_end = gl.maximum(gl.minimum(q_last + diagonal + 1, seq_k_len), 0)
             else:
                 kv_end = seq_k_len
-            num_blocks = gl.cdiv(kv_end, BLOCK_N)
+            if FP8:
+                # the key grid starts on a 16-key group of the key-major V copy (its keys are reordered per group)
+                key_shift = seq_k_start % 16
+                num_blocks = gl.where(kv_end > 0, gl.cdiv(kv_end + key_shift, BLOCK_N), 0)
+            else:
+                key_shift = 0
+                num_blocks = gl.cdiv(kv_end, BLOCK_N)
             if num_blocks == 0:
                 _store_empty(out_ptr, lse_ptr, seq_q_start, seq_q_len, q_tile_start, q_head, stride_o_tok,
                              stride_o_head, stride_lse_head, BLOCK_M, HEAD_DIM, RETURN_LSE, num_warps)  # fmt: skip
@@ -639,18 +729,19 @@ if HAS_GLUON:
                     [
                         (_consumer_default, (q_smem, k_bufs, v_bufs, q_ready, k_ready, v_ready, kv_empty, turns,
                                              q_ptr, out_ptr, lse_ptr, seq_q_start, seq_q_len, q_tile_start, q_head,
-                                             seq_k_len, num_blocks, qk_scale, out_scale, stride_q_tok, stride_q_head,
-                                             stride_o_tok, stride_o_head, stride_lse_head, FIRST, HALF, CAUSAL,
-                                             PINGPONG, RETURN_LSE, ZERO_TAIL, FP8, P_SCALE_LOG2, TWO_LEVEL, QUANTIZE_Q,
-                                             Q_MAX, num_warps)),
+                                             seq_k_len, num_blocks, key_shift, qk_scale, out_scale, stride_q_tok,
+                                             stride_q_head, stride_o_tok, stride_o_head, stride_lse_head, FIRST,
+                                             HALF, CAUSAL, PINGPONG, RETURN_LSE, ZERO_TAIL, FP8, P_SCALE_LOG2,
+                                             TWO_LEVEL, QUANTIZE_Q, Q_MAX, num_warps)),
                         (_consumer, (q_smem, k_bufs, v_bufs, q_ready, k_ready, v_ready, kv_empty, turns, q_ptr,
                                      out_ptr, lse_ptr, seq_q_start, seq_q_len, q_tile_start, q_head, seq_k_len,
-                                     num_blocks, qk_scale, out_scale, stride_q_tok, stride_q_head, stride_o_tok,
-                                     stride_o_head, stride_lse_head, HALF, HALF, CAUSAL, PINGPONG, RETURN_LSE,
-                                     ZERO_TAIL, FP8, P_SCALE_LOG2, TWO_LEVEL, QUANTIZE_Q, Q_MAX, num_warps)),
+                                     num_blocks, key_shift, qk_scale, out_scale, stride_q_tok, stride_q_head,
+                                     stride_o_tok, stride_o_head, stride_lse_head, HALF, HALF, CAUSAL, PINGPONG,
+                                     RETURN_LSE, ZERO_TAIL, FP8, P_SCALE_LOG2, TWO_LEVEL, QUANTIZE_Q, Q_MAX,
+                                     num_warps)),
                         (_producer, (q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_ready, k_ready, v_ready,
-                                     kv_empty, seq_q_start + q_tile_start, q_head * HEAD_DIM, seq_k_start, k_ptr,
-                                     v_ptr, block_table_ptr, seq, stride_bt_seq, num_cache_blocks, max_blocks,
+                                     kv_empty, seq_q_start + q_tile_start, q_head * HEAD_DIM, seq_k_start - key_shift,
+                                     k_ptr, v_ptr, block_table_ptr, seq, stride_bt_seq, num_cache_blocks, max_blocks,
                                      seq_k_len, kv_head, stride_k_blk, stride_k_slot, stride_k_head, stride_v_blk,
                                      stride_v_slot, stride_v_head, num_blocks, PAGED, PAGE_SIZE, FP8, QUANTIZE_Q)),
                     ],
@@ -679,11 +770,11 @@ if HAS_GLUON:
 def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table,
                         softmax_scale: float, causal: bool, seq_filter: int, decode_max_q: int,
                         pingpong: bool = True, q_descale=None, k_descale=None, v_descale=None,
-                        v_key_major=None, quantize_q: bool = False, two_level: bool = True):  # fmt: skip
+                        quantize_q: bool = False, two_level: bool = True):  # fmt: skip
     """(kernel, grid, args, constexprs, options) of one warp-specialized prefill launch; `supports` must hold.
 
-    fp8 K/V: v_key_major is V's key-major copy [Hk, D, keys padded to 16] (the launcher makes it); quantize_q rounds
-    a 16-bit q to K's fp8 type in the kernel. Descales: fp32 of shape [], [1] or [batch, Hk].
+    fp8 K/V: V is read from its key-major copy (`key_major_v`, made here); quantize_q rounds a 16-bit q to K's fp8
+    type in the kernel. Descales: fp32 of shape [], [1] or [batch, Hk].
     """
     total_q, num_q_heads, head_dim = q.shape
     paged = block_table is not None
@@ -706,6 +797,7 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
         k_desc = descriptor(k, block_n)
         if fp8:
             # [Hk * D, keys] in tiles [D, BLOCK_N]: keys contiguous, the K-major B operand of the fp8 P@V
+            v_key_major = key_major_v(v)
             padded = v_key_major.shape[-1]
             layout = gl.NVMMASharedLayout.get_default_for([head_dim, block_n], _GL_DTYPES[v.dtype])
             v_desc = GluonTensorDescriptor(v_key_major, [num_kv_heads * head_dim, padded], [padded, 1],
