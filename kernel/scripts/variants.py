@@ -41,6 +41,8 @@ PREFILL_VARIANTS = {
     "ws-fp8": {"ws_fp8": True},
     "ws-fp8-one-level": {"ws_fp8": True, "ws_fp8_two_level": False},
     "ws-fp8-q8": {"ws_fp8": True, "fp8_q_for_fp8_kv": True},
+    "ws-fp8-s3": {"ws_fp8": True, "fp8_q_for_fp8_kv": True, "ws_stages": 3},
+    "ws-fp8-s4": {"ws_fp8": True, "fp8_q_for_fp8_kv": True, "ws_stages": 4},
 }
 DECODE_VARIANTS = {
     "default": {},

@@ -770,18 +770,19 @@ if HAS_GLUON:
 def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table,
                         softmax_scale: float, causal: bool, seq_filter: int, decode_max_q: int,
                         pingpong: bool = True, q_descale=None, k_descale=None, v_descale=None,
-                        quantize_q: bool = False, two_level: bool = True):  # fmt: skip
+                        quantize_q: bool = False, two_level: bool = True, stages: int = 0):  # fmt: skip
     """(kernel, grid, args, constexprs, options) of one warp-specialized prefill launch; `supports` must hold.
 
     fp8 K/V: V is read from its key-major copy (`key_major_v`, made here); quantize_q rounds a 16-bit q to K's fp8
-    type in the kernel. Descales: fp32 of shape [], [1] or [batch, Hk].
+    type in the kernel. Descales: fp32 of shape [], [1] or [batch, Hk]. stages: K/V ring slots (0: tiles_for's).
     """
     total_q, num_q_heads, head_dim = q.shape
     paged = block_table is not None
     fp8 = is_fp8(k.dtype)
     num_kv_heads = k.shape[-2]
     num_seqs = cu_seqlens_q.shape[0] - 1
-    block_n, stages = tiles_for(head_dim)
+    block_n, default_stages = tiles_for(head_dim)
+    stages = stages or default_stages
 
     def descriptor(t: torch.Tensor, rows: int) -> GluonTensorDescriptor:
         flat_shape = [t.shape[0], t.shape[1] * head_dim]
