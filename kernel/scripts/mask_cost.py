@@ -2,7 +2,8 @@
 
 The kernel never reads or writes outside its tensors, whatever cu_seqlens / seqused_k / block_table hold (block ids
 clamped to the cache, keys to the block table's capacity / total_k, q rows to total_q, bias reads to its shape; see
-kernel/SEMANTICS.md). The library has no switch to turn that off, so this tool builds one: a copy of kernel/src in a
+kernel/SEMANTICS.md), in the portable kernel and in Hopper's Gluon prefill (which serves the prefill workloads there by
+default). The library has no switch to turn that off, so this tool builds one: a copy of kernel/src in a
 temporary folder with the bounds removed by exact textual replacements (REPLACEMENTS below). Every replacement keeps
 the kernel correct for valid inputs; each pattern must occur exactly once, so a kernel edit that moves or rewrites a
 bound stops the tool with the pattern's name instead of letting it time two identical kernels.
@@ -43,6 +44,7 @@ from pathlib import Path
 KERNEL_SRC = Path(__file__).resolve().parents[1] / "src"
 REPO = KERNEL_SRC.parents[1]
 ATTENTION = "tritonfa/kernels/attention.py"
+HOPPER = "tritonfa/kernels/attention_hopper.py"  # the Gluon prefill (Hopper's default prefill path)
 
 # (file under kernel/src, what the bound does, exact old text, new text). Valid inputs (what `validate=True` accepts)
 # never reach any of these bounds, so the copy computes the same output for them.
@@ -88,6 +90,36 @@ REPLACEMENTS: tuple[tuple[str, str, str, str], ...] = (
         "bias reads masked to its shape",
         "m_bias = (row_valid & (q_idx < bias_len_q))[:, None] & (m_k & (i_k < bias_len_k))[None, :]",
         "m_bias = row_valid[:, None] & m_k[None, :]",
+    ),
+    (
+        HOPPER,
+        "Gluon paged: block-table column clamped to the table",
+        "block_id = gl.load(table_row + gl.minimum(page, max_blocks - 1))",
+        "block_id = gl.load(table_row + page)",
+    ),
+    (
+        HOPPER,
+        "Gluon paged: block id clamped into [0, num_blocks)",
+        "return gl.minimum(gl.maximum(block_id, 0), num_cache_blocks - 1).to(gl.int64)",
+        "return block_id.to(gl.int64)",
+    ),
+    (
+        HOPPER,
+        "Gluon: q length cut at total_q",
+        "seq_q_len = gl.minimum(gl.load(cu_seqlens_q_ptr + seq + 1), total_q) - seq_q_start",
+        "seq_q_len = gl.load(cu_seqlens_q_ptr + seq + 1) - seq_q_start",
+    ),
+    (
+        HOPPER,
+        "Gluon: contiguous k start clamped into [0, total_k]",
+        "seq_k_start = gl.minimum(gl.maximum(gl.load(cu_seqlens_k_ptr + seq), 0), total_k)",
+        "seq_k_start = gl.load(cu_seqlens_k_ptr + seq)",
+    ),
+    (
+        HOPPER,
+        "Gluon: k length clamped into [0, block-table capacity / rest of k]",
+        "seq_k_len = gl.minimum(gl.maximum(seq_k_len, 0), seq_k_cap)",
+        "seq_k_len = seq_k_len",
     ),
     (
         ATTENTION,
@@ -153,6 +185,8 @@ def patched_files(src: Path | None = None) -> dict[str, tuple[str, str]]:
     src = src or KERNEL_SRC
     out = {}
     for path in dict.fromkeys(file for file, *_ in REPLACEMENTS):
+        if not (src / path).is_file():
+            raise SetupError(f"{src / path} not found: update REPLACEMENTS in kernel/scripts/mask_cost.py")
         original = (src / path).read_text()
         out[path] = (original, unbounded_text(path, original))
     return out

@@ -59,8 +59,8 @@ torch.save([tritonfa.flash_attn_varlen_func(*args, **kwargs) for args, kwargs in
 
 def test_unbounded_copy_matches_the_library(tmp_path, device):
     root = tool.build_unbounded_tree(tmp_path)
-    text = (root / tool.ATTENTION).read_text()
-    for _, what, old, new in tool.REPLACEMENTS:
+    for path, what, old, new in tool.REPLACEMENTS:
+        text = (root / path).read_text()
         assert old not in text and new in text, what
     assert (root / "tritonfa" / "bench" / "__main__.py").is_file()
 
@@ -116,6 +116,7 @@ def test_a_pattern_not_found_once_stops_the_tool(tmp_path, monkeypatch, capsys):
     src = tmp_path / "src"
     (src / tool.ATTENTION).parent.mkdir(parents=True)
     (src / tool.ATTENTION).write_text(original.replace(first_old, "i_page = i_page"))
+    (src / tool.HOPPER).write_text((tool.KERNEL_SRC / tool.HOPPER).read_text())
     monkeypatch.setattr(tool, "KERNEL_SRC", src)
     assert tool.main(["--check"]) == 2
     assert first_what in capsys.readouterr().err

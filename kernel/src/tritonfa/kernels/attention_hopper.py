@@ -210,6 +210,13 @@ if HAS_GLUON:
                 _tma_load(v_desc, [k_row + j * BLOCK_N, kv_col], v_ready.index(s), v_bufs.index(s))
 
     @gluon.jit
+    def _page_block_id(table_row, page, max_blocks, num_cache_blocks):
+        # The cache block holding `page` of a sequence: the table column and the id it holds are clamped, so a bad
+        # entry reads a wrong block of this cache, never memory outside it (int64: offsets may pass 2^31)
+        block_id = gl.load(table_row + gl.minimum(page, max_blocks - 1))
+        return gl.minimum(gl.maximum(block_id, 0), num_cache_blocks - 1).to(gl.int64)
+
+    @gluon.jit
     def _produce_paged(q_desc, q_smem, k_bufs, v_bufs, q_ready, k_ready, v_ready, kv_empty, q_row, q_col,
                        k_ptr, v_ptr, block_table_ptr, seq, stride_bt_seq, num_cache_blocks, max_blocks, seq_k_len,
                        kv_head, stride_k_blk, stride_k_slot, stride_k_head, stride_v_blk, stride_v_slot,
@@ -236,16 +243,14 @@ if HAS_GLUON:
             mbarrier.wait(kv_empty.index(s), ((j // STAGES) & 1) ^ 1)
             for c in gl.static_range(BLOCK_N // CHUNK):
                 key0 = j * BLOCK_N + c * CHUNK
-                block_id = gl.load(table_row + gl.minimum(key0 // PAGE_SIZE, max_blocks - 1))
-                block_id = gl.minimum(gl.maximum(block_id, 0), num_cache_blocks - 1).to(gl.int64)
+                block_id = _page_block_id(table_row, key0 // PAGE_SIZE, max_blocks, num_cache_blocks)
                 valid = gl.expand_dims(key0 + o_row < seq_k_len, 1)
                 p_k = k_head + (block_id * stride_k_blk + (key0 % PAGE_SIZE) * stride_k_slot) + k_rows
                 _cp_async_load(k_bufs.index(s).slice(c * CHUNK, CHUNK), p_k, mask=valid)
             async_copy.mbarrier_arrive(k_ready.index(s), increment_count=False)
             for c in gl.static_range(BLOCK_N // CHUNK):
                 key0 = j * BLOCK_N + c * CHUNK
-                block_id = gl.load(table_row + gl.minimum(key0 // PAGE_SIZE, max_blocks - 1))
-                block_id = gl.minimum(gl.maximum(block_id, 0), num_cache_blocks - 1).to(gl.int64)
+                block_id = _page_block_id(table_row, key0 // PAGE_SIZE, max_blocks, num_cache_blocks)
                 valid = gl.expand_dims(key0 + o_row < seq_k_len, 1)
                 p_v = v_head + (block_id * stride_v_blk + (key0 % PAGE_SIZE) * stride_v_slot) + v_rows
                 _cp_async_load(v_bufs.index(s).slice(c * CHUNK, CHUNK), p_v, mask=valid)
