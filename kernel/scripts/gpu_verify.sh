@@ -25,8 +25,10 @@ compute-sanitizer --tool memcheck --error-exitcode 99 python3 -m pytest -p no:ca
   "tests/kernel/test_bad_inputs.py" \
   "tests/kernel/test_hopper_warp_specialized.py::test_warp_specialized_prefill_matches_reference[True-num_heads0-True-128]" \
   "tests/kernel/test_hopper_warp_specialized.py::test_warp_specialized_prefill_matches_reference[False-num_heads1-False-256]" \
-  "tests/kernel/test_hopper_warp_specialized.py::test_warp_specialized_paged_prefill_matches_reference[128-16-paged_kv_interleaved]" \
-  "tests/kernel/test_hopper_warp_specialized.py::test_warp_specialized_paged_prefill_matches_reference[64-256-paged_heads_major]" \
+  "tests/kernel/test_hopper_warp_specialized.py::test_warp_specialized_paged_prefill_matches_reference[gather-128-16-paged_kv_interleaved]" \
+  "tests/kernel/test_hopper_warp_specialized.py::test_warp_specialized_paged_prefill_matches_reference[gather-64-256-paged_heads_major]" \
+  "tests/kernel/test_hopper_warp_specialized.py::test_warp_specialized_paged_prefill_matches_reference[tma-128-16-paged_kv_interleaved]" \
+  "tests/kernel/test_hopper_warp_specialized.py::test_warp_specialized_paged_prefill_matches_reference[tma-64-256-paged_heads_major]" \
   "tests/kernel/test_hopper_warp_specialized.py::test_warp_specialized_fp8_prefill_matches_reference[True-per_head-True-False-128]" 2>&1 | tee "$out/memcheck.log" | tail -n 8
 echo "memcheck exit: ${PIPESTATUS[0]}" | tee -a "$out/memcheck.log"
 

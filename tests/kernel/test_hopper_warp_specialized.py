@@ -4,6 +4,7 @@ Which calls the launcher sends there is checked anywhere (planning only). The ke
 GPU: Gluon does not run in Triton's interpreter (CI cross-compiles it for sm_90 instead).
 """
 
+import itertools
 import json
 
 import pytest
@@ -12,6 +13,7 @@ from attn_testing import (
     DEVICE,
     ON_GPU,
     TOLERANCES,
+    _paged_caches,
     check_against_reference,
     check_low_precision,
     fp8_descale,
@@ -43,6 +45,12 @@ def _plan(inputs, **kwargs):
     # on meta tensors, as CI's cross-compile plans: the choice must not depend on where this test runs
     meta = {name: value.to("meta") if isinstance(value, torch.Tensor) else value for name, value in args.items()}
     return [launch.fn.__name__ for launch in plan_attention(**meta)]
+
+
+def _constexprs(inputs, **kwargs):
+    args = {**_args(inputs), **kwargs}
+    meta = {name: value.to("meta") if isinstance(value, torch.Tensor) else value for name, value in args.items()}
+    return plan_attention(**meta)[0].constexprs
 
 
 WS = "attention_fwd_hopper_kernel"
@@ -127,18 +135,57 @@ def test_warp_specialized_prefill_packed_qkv_and_fp16(monkeypatch, dtype):
 @pytest.mark.parametrize("kv_layout", ["paged", "paged_kv_interleaved", "paged_heads_major"])
 @pytest.mark.parametrize("block_size", [16, 64, 256])
 @pytest.mark.parametrize("head_size", [64, 128, 256])
-def test_warp_specialized_paged_prefill_matches_reference(monkeypatch, kv_layout, block_size, head_size):
-    """Pages gathered by cp.async: unused slots and spare blocks are NaN (zero-filled past the sequence, never read
-    past the block table), a chunked prefill whose queries are the last keys, decodes in the same batch."""
-    monkeypatch.setenv("TRITONFA_CONFIG", WS_CONFIG)
+@pytest.mark.parametrize("paged_tma", [False, True], ids=["gather", "tma"])
+def test_warp_specialized_paged_prefill_matches_reference(monkeypatch, kv_layout, block_size, head_size, paged_tma):
+    """Pages gathered by cp.async (zero-filled past the sequence) or copied by TMA boxes (config `ws_paged_tma`:
+    rows past the sequence zeroed by the consumers): unused slots and spare blocks are NaN, never read past the block
+    table; a chunked prefill whose queries are the last keys, decodes in the same batch."""
+    monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"warp_specialized": True, "ws_paged_tma": paged_tma}}))
     seqlens_q = [300, 1, 129, scaled(17, 700), 0, 64]
     seqlens_k = [300, 40, 1000, scaled(50, 900), 7, 64]
     inputs = make_inputs(seqlens_q, seqlens_k, num_heads=(32, 8), head_size=head_size, kv_layout=kv_layout,
                          block_size=block_size)  # fmt: skip
     assert _plan(inputs) == [WS, PORTABLE]
+    assert _constexprs(inputs)["PAGED_TMA"] == paged_tma
     atol, rtol = TOLERANCES[torch.bfloat16]
     check_against_reference(inputs, atol, rtol, causal=True)
     check_against_reference(inputs, atol, rtol, causal=False)
+
+
+@pytest.mark.parametrize("layout", ["paged", "paged_kv_interleaved", "paged_heads_major", "padded_slots"])
+def test_paged_tma_view_addresses_every_key(layout):
+    """paged_tma_view's rows: key p of block b, kv head h at row b * rows_per_block + h * rows_per_head + p, column
+    h * cols_per_head, is exactly that element of the cache, and the view ends at the cache's last element."""
+    num_blocks, page, num_heads, head_dim = 5, 16, 3, 64
+    if layout == "padded_slots":  # each slot row padded by 8 elements: heads side by side, rows of 200
+        cache = torch.empty(num_blocks, page, num_heads * head_dim + 8)[..., : num_heads * head_dim]
+        cache = cache.unflatten(-1, (num_heads, head_dim))
+    else:
+        k, _ = _paged_caches(layout, num_blocks, page, num_heads, head_dim, head_dim, torch.bfloat16)
+        cache = k.cpu()
+    rows, width, row_stride, (per_block, per_head, cols_per_head) = attention_hopper.paged_tma_view(cache)
+    s0, s1, s2, _ = cache.stride()
+    for b, p, h in itertools.product(range(num_blocks), range(page), range(num_heads)):
+        row, col = b * per_block + h * per_head + p, h * cols_per_head
+        assert row < rows and col + head_dim <= width
+        assert row * row_stride + col == b * s0 + p * s1 + h * s2, (b, p, h)
+    last = sum((n - 1) * st for n, st in zip(cache.shape, cache.stride()))
+    assert (rows - 1) * row_stride + width - 1 <= last
+    skewed = torch.empty(num_blocks * (page * num_heads * head_dim + 8)).as_strided(
+        (num_blocks, page, num_heads, head_dim), (page * num_heads * head_dim + 8, num_heads * head_dim, head_dim, 1)
+    )  # a block stride that is no whole number of rows
+    assert attention_hopper.paged_tma_view(skewed) is None
+
+
+@pytest.mark.skipif(not attention_hopper.HAS_GLUON, reason="this triton has no Gluon")
+def test_paged_tma_is_planned_where_the_cache_allows_it(monkeypatch):
+    monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"warp_specialized": True, "ws_paged_tma": True}}))
+    for layout in ("paged", "paged_kv_interleaved", "paged_heads_major"):
+        for block_size in (16, 256):
+            paged = make_inputs([40], [40], num_heads=(8, 2), head_size=64, kv_layout=layout, block_size=block_size)
+            assert _constexprs(paged)["PAGED_TMA"], (layout, block_size)
+    monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"warp_specialized": True}}))
+    assert not _constexprs(paged)["PAGED_TMA"], "opt-in"
 
 
 def _ws_fp8_config(**fields) -> str:

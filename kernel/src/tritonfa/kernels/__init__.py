@@ -198,18 +198,20 @@ def _plan_with_override(override: str, **inputs) -> list[KernelLaunch]:
 
 def _hopper_prefill_specs() -> list[dict[str, Any]]:
     """The warp-specialized Gluon prefill (config `warp_specialized`): every head size and mask, with and without
-    lse, once without ping-pong; fp8 (config `ws_fp8`) with an fp8 q, a quantized 16-bit q, one-level P@V, 4 stages."""
+    lse, once without ping-pong; fp8 (config `ws_fp8`) with an fp8 q, a quantized 16-bit q, one-level P@V, 4 stages;
+    paged K/V through TMA (config `ws_paged_tma`)."""
     fp8 = torch.float8_e4m3fn
     bf16 = torch.bfloat16
-    # (head size, causal, ping-pong, paged, q dtype, kv dtype, quantize q, two-level P@V[, K/V stages])
+    # (head size, causal, ping-pong, paged, q dtype, kv dtype, quantize q, two-level P@V[, K/V stages, paged TMA])
     choices = [(d, causal, True, False, bf16, bf16, False, True) for d in (64, 128, 256) for causal in (False, True)]
     choices += [(128, True, False, False, bf16, bf16, False, True)]
     choices += [(d, True, True, True, bf16, bf16, False, True) for d in (64, 128, 256)]
     choices += [(d, causal, True, False, fp8, fp8, False, True) for d in (64, 128) for causal in (False, True)]
     choices += [(128, True, True, False, bf16, fp8, True, True), (128, True, True, False, fp8, fp8, False, False)]
-    choices = [(*choice, 0) for choice in choices] + [(128, True, True, False, fp8, fp8, False, True, 4)]
+    choices = [(*choice, 0, False) for choice in choices] + [(128, True, True, False, fp8, fp8, False, True, 4, False)]
+    choices += [(d, True, True, True, bf16, bf16, False, True, 0, True) for d in (64, 128, 256)]  # paged through TMA
     specs = []
-    for head_dim, causal, pingpong, paged, q_dtype, kv_dtype, quantize_q, two_level, stages in choices:
+    for head_dim, causal, pingpong, paged, q_dtype, kv_dtype, quantize_q, two_level, stages, paged_tma in choices:
         inputs = _meta_inputs("hopper", q_dtype, kv_dtype, head_dim, paged=paged, decode=False,
                               features=not causal)  # fmt: skip
         lse = inputs["lse"]
@@ -218,13 +220,14 @@ def _hopper_prefill_specs() -> list[dict[str, Any]]:
         fn, _, args, constexprs, options = attention_hopper.plan_hopper_prefill(
             inputs["q"], inputs["k"], inputs["v"], out, lse, inputs["cu_seqlens_q"], inputs["cu_seqlens_k"],
             inputs["seqused_k"], inputs["block_table"], 0.125, causal, 1, 16, pingpong,
-            inputs["q_descale"], inputs["k_descale"], inputs["v_descale"], quantize_q, two_level, stages,
+            inputs["q_descale"], inputs["k_descale"], inputs["v_descale"], quantize_q, two_level, stages, paged_tma,
         )  # fmt: skip
         name = (
             f"{fn.__name__}[hopper d{head_dim} CAUSAL={causal} RETURN_LSE={lse is not None} PINGPONG={pingpong} "
             f"PAGED={paged}"
             + (f" FP8 QUANTIZE_Q={quantize_q} TWO_LEVEL={two_level}" if fp8_kv else "")
             + (f" STAGES={stages}" if stages else "")
+            + (f" PAGED_TMA={constexprs['PAGED_TMA']}" if paged_tma else "")
             + "]"
         )
         specs.append(dict(name=name, fn=fn, bound_args=args, constexprs=constexprs, options=options, gluon=True))

@@ -838,7 +838,7 @@ def _plan_hopper_prefill(
     fn, grid, args, constexprs, options = attention_hopper.plan_hopper_prefill(
         q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, softmax_scale, causal, seq_filter,
         DECODE_MAX_SEQLEN_Q, config.ws_pingpong, q_descale, k_descale, v_descale, quantize_q, config.ws_fp8_two_level,
-        config.ws_stages,
+        config.ws_stages, config.ws_paged_tma,
     )  # fmt: skip
     return KernelLaunch(fn, grid, args, constexprs, options)
 

@@ -174,10 +174,16 @@ if HAS_GLUON:
     def _producer(q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_ready, k_ready, v_ready, kv_empty, q_row, q_col,
                   seq_k_start, k_ptr, v_ptr, block_table_ptr, seq, stride_bt_seq, num_cache_blocks, max_blocks,
                   seq_k_len, kv_head, stride_k_blk, stride_k_slot, stride_k_head, stride_v_blk, stride_v_slot,
-                  stride_v_head, num_blocks, PAGED: gl.constexpr, PAGE_SIZE: gl.constexpr, FP8: gl.constexpr,
-                  QUANTIZE_Q: gl.constexpr):  # fmt: skip
+                  stride_v_head, k_rows_per_block, k_rows_per_head, k_cols_per_head, v_rows_per_block,
+                  v_rows_per_head, v_cols_per_head, num_blocks, PAGED: gl.constexpr, PAGE_SIZE: gl.constexpr,
+                  PAGED_TMA: gl.constexpr, FP8: gl.constexpr, QUANTIZE_Q: gl.constexpr):  # fmt: skip
         HEAD_DIM: gl.constexpr = q_desc.block_type.shape[1]
-        if PAGED:
+        if PAGED_TMA:
+            _produce_paged_tma(q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_ready, k_ready, v_ready, kv_empty,
+                               q_row, q_col, block_table_ptr, seq, stride_bt_seq, num_cache_blocks, max_blocks,
+                               kv_head, k_rows_per_block, k_rows_per_head, k_cols_per_head, v_rows_per_block,
+                               v_rows_per_head, v_cols_per_head, num_blocks, PAGE_SIZE)  # fmt: skip
+        elif PAGED:
             _produce_paged(q_desc, q_smem, k_bufs, v_bufs, q_ready, k_ready, v_ready, kv_empty, q_row, q_col, k_ptr,
                            v_ptr, block_table_ptr, seq, stride_bt_seq, num_cache_blocks, max_blocks, seq_k_len,
                            kv_head, stride_k_blk, stride_k_slot, stride_k_head, stride_v_blk, stride_v_slot,
@@ -208,6 +214,46 @@ if HAS_GLUON:
                 _tma_load(v_desc, [kv_col, k_row + j * BLOCK_N], v_ready.index(s), v_bufs.index(s))
             else:
                 _tma_load(v_desc, [k_row + j * BLOCK_N, kv_col], v_ready.index(s), v_bufs.index(s))
+
+    @gluon.jit
+    def _produce_paged_tma(q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_ready, k_ready, v_ready, kv_empty, q_row,
+                           q_col, block_table_ptr, seq, stride_bt_seq, num_cache_blocks, max_blocks, kv_head,
+                           k_rows_per_block, k_rows_per_head, k_cols_per_head, v_rows_per_block, v_rows_per_head,
+                           v_cols_per_head, num_blocks, PAGE_SIZE: gl.constexpr):  # fmt: skip
+        # Paged K/V through TMA: each page's run of CHUNK keys is one box of a 2-D view of the cache in which the keys
+        # of one (block, kv head) are consecutive rows: key p of block b, head h is row b * k_rows_per_block +
+        # h * k_rows_per_head + p, column h * k_cols_per_head (heads side by side in a row, or heads as runs of
+        # rows; v_* likewise). Keys past the sequence come from the cache (clamped block ids): the consumers mask
+        # their scores and zero their V rows.
+        STAGES: gl.constexpr = k_bufs.type.shape[0]
+        BLOCK_N: gl.constexpr = k_bufs.type.shape[1]
+        CHUNK: gl.constexpr = k_desc.block_type.shape[0]  # keys per box: min(PAGE_SIZE, BLOCK_N)
+        mbarrier.expect(q_ready, q_desc.block_type.nbytes)
+        _tma_load(q_desc, [q_row, q_col], q_ready, q_smem)
+        table_row = block_table_ptr + seq.to(gl.int64) * stride_bt_seq
+        CHUNKS: gl.constexpr = BLOCK_N // CHUNK
+        # a block's CHUNKS block ids in one load, every lane holding all of them (the copies are issued by one lane)
+        ids_layout: gl.constexpr = gl.BlockedLayout([CHUNKS], [32], [1], [0])
+        o_chunk = gl.arange(0, CHUNKS, layout=ids_layout)
+        k_row0 = kv_head * k_rows_per_head
+        v_row0 = kv_head * v_rows_per_head
+        # block j's ids are loaded while block j - 1's copies are in flight (one load latency per block, not per page)
+        next_ids = _page_block_id(table_row, o_chunk * CHUNK // PAGE_SIZE, max_blocks, num_cache_blocks)
+        for j in range(num_blocks):
+            s = j % STAGES
+            ids = next_ids.to(gl.int32)
+            next_key0 = (j + 1) * BLOCK_N + o_chunk * CHUNK
+            next_ids = _page_block_id(table_row, next_key0 // PAGE_SIZE, max_blocks, num_cache_blocks)
+            mbarrier.wait(kv_empty.index(s), ((j // STAGES) & 1) ^ 1)
+            mbarrier.expect(k_ready.index(s), k_desc.block_type.nbytes * CHUNKS)
+            mbarrier.expect(v_ready.index(s), v_desc.block_type.nbytes * CHUNKS)
+            for c in gl.static_range(CHUNKS):
+                block_id = gl.sum(gl.where(o_chunk == c, ids, 0), axis=0)  # within each lane: no shuffles
+                slot = (j * BLOCK_N + c * CHUNK) % PAGE_SIZE
+                _tma_load(k_desc, [block_id * k_rows_per_block + k_row0 + slot, kv_head * k_cols_per_head],
+                          k_ready.index(s), k_bufs.index(s).slice(c * CHUNK, CHUNK))  # fmt: skip
+                _tma_load(v_desc, [block_id * v_rows_per_block + v_row0 + slot, kv_head * v_cols_per_head],
+                          v_ready.index(s), v_bufs.index(s).slice(c * CHUNK, CHUNK))  # fmt: skip
 
     @gluon.jit
     def _page_block_id(table_row, page, max_blocks, num_cache_blocks):
@@ -627,6 +673,12 @@ if HAS_GLUON:
         stride_v_blk,
         stride_v_slot,
         stride_v_head,
+        k_rows_per_block,  # PAGED_TMA: where a page's keys are in k_desc's rows (see _produce_paged_tma)
+        k_rows_per_head,
+        k_cols_per_head,
+        v_rows_per_block,  # PAGED_TMA: likewise for v_desc
+        v_rows_per_head,
+        v_cols_per_head,
         stride_qdesc_seq,
         stride_qdesc_head,
         stride_kdesc_seq,
@@ -639,6 +691,8 @@ if HAS_GLUON:
         RETURN_LSE: gl.constexpr,
         PAGED: gl.constexpr,
         PAGE_SIZE: gl.constexpr,
+        PAGED_TMA: gl.constexpr,  # PAGED through TMA boxes of min(PAGE_SIZE, BLOCK_N) keys (else cp.async gathers)
+        BLOCK_N: gl.constexpr,
         HAS_SEQUSED: gl.constexpr,
         SEQ_FILTER: gl.constexpr,  # 0 all sequences, 1 only those with more than DECODE_MAX_Q queries
         DECODE_MAX_Q: gl.constexpr,
@@ -655,7 +709,6 @@ if HAS_GLUON:
     ):
         BLOCK_M: gl.constexpr = q_desc.block_type.shape[0]
         HEAD_DIM: gl.constexpr = q_desc.block_type.shape[1]
-        BLOCK_N: gl.constexpr = k_desc.block_type.shape[0]
         q_head = gl.program_id(0)
         tile_id = gl.num_programs(1) - 1 - gl.program_id(1)  # the last sequences' tiles first
         kv_head = q_head // GROUP
@@ -699,8 +752,11 @@ if HAS_GLUON:
                              stride_o_head, stride_lse_head, BLOCK_M, HEAD_DIM, RETURN_LSE, num_warps)  # fmt: skip
             else:
                 q_smem = gl.allocate_shared_memory(q_desc.dtype, q_desc.block_type.shape, q_desc.layout)
-                k_bufs = gl.allocate_shared_memory(k_desc.dtype, [STAGES] + k_desc.block_type.shape, k_desc.layout)
-                v_bufs = gl.allocate_shared_memory(v_desc.dtype, [STAGES] + v_desc.block_type.shape, v_desc.layout)
+                k_bufs = gl.allocate_shared_memory(k_desc.dtype, [STAGES, BLOCK_N, HEAD_DIM], k_desc.layout)
+                if FP8:
+                    v_bufs = gl.allocate_shared_memory(v_desc.dtype, [STAGES, HEAD_DIM, BLOCK_N], v_desc.layout)
+                else:
+                    v_bufs = gl.allocate_shared_memory(v_desc.dtype, [STAGES, BLOCK_N, HEAD_DIM], v_desc.layout)
                 q_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
                 k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
                 v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
@@ -709,8 +765,9 @@ if HAS_GLUON:
                 mbarrier.init(turns.index(0), count=1)
                 mbarrier.init(turns.index(1), count=1)
                 mbarrier.init(q_ready, count=1)
-                # TMA: one expect-tx arrival per slot; paged: every producer thread's cp.async arrival
-                READY_COUNT: gl.constexpr = 32 * PAGED_PRODUCER_WARPS if PAGED else 1
+                # TMA: one expect-tx arrival per slot; cp.async gathers: every producer thread's arrival
+                GATHER: gl.constexpr = PAGED and not PAGED_TMA
+                READY_COUNT: gl.constexpr = 32 * PAGED_PRODUCER_WARPS if GATHER else 1
                 for i in gl.static_range(STAGES):
                     mbarrier.init(k_ready.index(i), count=READY_COUNT)
                     mbarrier.init(v_ready.index(i), count=READY_COUNT)
@@ -725,11 +782,11 @@ if HAS_GLUON:
                     out_scale *= gl.load(v_descale_ptr + seq * stride_vdesc_seq + kv_head * stride_vdesc_head)
                 HALF: gl.constexpr = BLOCK_M // 2
                 FIRST: gl.constexpr = 0
-                ZERO_TAIL: gl.constexpr = not PAGED  # paged copies zero-fill keys past the sequence themselves
-                # a TMA producer is one warp issuing copies; a paged one computes gathered addresses (4 warps)
-                PRODUCER_WARPS: gl.constexpr = PAGED_PRODUCER_WARPS if PAGED else 1
-                WORKER_REGS: gl.constexpr = CONSUMER_REGS_PAGED if PAGED else CONSUMER_REGS
-                PRODUCER_REGS_: gl.constexpr = PAGED_PRODUCER_REGS if PAGED else PRODUCER_REGS
+                ZERO_TAIL: gl.constexpr = not GATHER  # cp.async gathers zero-fill keys past the sequence themselves
+                # a TMA producer is one warp issuing copies; a gathering one computes addresses (4 warps)
+                PRODUCER_WARPS: gl.constexpr = PAGED_PRODUCER_WARPS if GATHER else 1
+                WORKER_REGS: gl.constexpr = CONSUMER_REGS_PAGED if GATHER else CONSUMER_REGS
+                PRODUCER_REGS_: gl.constexpr = PAGED_PRODUCER_REGS if GATHER else PRODUCER_REGS
                 gl.warp_specialize(
                     [
                         (_consumer_default, (q_smem, k_bufs, v_bufs, q_ready, k_ready, v_ready, kv_empty, turns,
@@ -748,7 +805,9 @@ if HAS_GLUON:
                                      kv_empty, seq_q_start + q_tile_start, q_head * HEAD_DIM, seq_k_start - key_shift,
                                      k_ptr, v_ptr, block_table_ptr, seq, stride_bt_seq, num_cache_blocks, max_blocks,
                                      seq_k_len, kv_head, stride_k_blk, stride_k_slot, stride_k_head, stride_v_blk,
-                                     stride_v_slot, stride_v_head, num_blocks, PAGED, PAGE_SIZE, FP8, QUANTIZE_Q)),
+                                     stride_v_slot, stride_v_head, k_rows_per_block, k_rows_per_head,
+                                     k_cols_per_head, v_rows_per_block, v_rows_per_head, v_cols_per_head,
+                                     num_blocks, PAGED, PAGE_SIZE, PAGED_TMA, FP8, QUANTIZE_Q)),
                     ],
                     [num_warps, PRODUCER_WARPS],
                     [WORKER_REGS, PRODUCER_REGS_],
@@ -775,11 +834,13 @@ if HAS_GLUON:
 def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table,
                         softmax_scale: float, causal: bool, seq_filter: int, decode_max_q: int,
                         pingpong: bool = True, q_descale=None, k_descale=None, v_descale=None,
-                        quantize_q: bool = False, two_level: bool = True, stages: int = 0):  # fmt: skip
+                        quantize_q: bool = False, two_level: bool = True, stages: int = 0,
+                        paged_tma: bool = False):  # fmt: skip
     """(kernel, grid, args, constexprs, options) of one warp-specialized prefill launch; `supports` must hold.
 
     fp8 K/V: V is read from its key-major copy (`key_major_v`, made here); quantize_q rounds a 16-bit q to K's fp8
     type in the kernel. Descales: fp32 of shape [], [1] or [batch, Hk]. stages: K/V ring slots (0: tiles_for's).
+    paged_tma: a paged cache whose pages `paged_tma_view` describes is read through TMA (else cp.async gathers).
     """
     total_q, num_q_heads, head_dim = q.shape
     paged = block_table is not None
@@ -794,11 +855,21 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
         layout = gl.NVMMASharedLayout.get_default_for([rows, head_dim], _GL_DTYPES[t.dtype])
         return GluonTensorDescriptor(t, flat_shape, [t.stride(0), 1], [rows, head_dim], layout)
 
+    page_rows = (0,) * 6
     if paged:
-        k_desc = v_desc = descriptor(q, block_n)  # for the slots' shape and swizzle only: K/V are gathered
-        kv_strides = (k.stride(0), k.stride(1), k.stride(2), v.stride(0), v.stride(1), v.stride(2))
         page_size, num_cache_blocks, max_blocks = k.shape[1], k.shape[0], block_table.shape[1]
+        kv_strides = (k.stride(0), k.stride(1), k.stride(2), v.stride(0), v.stride(1), v.stride(2))
         total_k = 0
+        views = (paged_tma_view(k), paged_tma_view(v)) if paged_tma else (None, None)
+        paged_tma = views[0] is not None and views[1] is not None
+        if paged_tma:
+            chunk = min(page_size, block_n)
+            layout = gl.NVMMASharedLayout.get_default_for([chunk, head_dim], _GL_DTYPES[k.dtype])
+            k_desc, v_desc = (GluonTensorDescriptor(t, [rows, width], [row_stride, 1], [chunk, head_dim], layout)
+                              for t, (rows, width, row_stride, _) in zip((k, v), views))  # fmt: skip
+            page_rows = (*views[0][3], *views[1][3])
+        else:
+            k_desc = v_desc = descriptor(q, block_n)  # for the slots' shape and swizzle only: K/V are gathered
     else:
         k_desc = descriptor(k, block_n)
         if fp8:
@@ -825,7 +896,7 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
         *(d if d is not None else out for d in (q_descale, k_descale, v_descale)),
         num_seqs, total_q, total_k, num_cache_blocks, max_blocks, float(softmax_scale),
         q.stride(0), q.stride(1), out.stride(0), out.stride(1), lse.stride(0) if lse is not None else 0,
-        block_table.stride(0) if paged else 0, *kv_strides,
+        block_table.stride(0) if paged else 0, *kv_strides, *page_rows,
         *(s for d in (q_descale, k_descale, v_descale) for s in _descale_strides(d)),
     )  # fmt: skip
     constexprs = dict(
@@ -835,6 +906,8 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
         RETURN_LSE=lse is not None,
         PAGED=paged,
         PAGE_SIZE=page_size,
+        PAGED_TMA=paged and paged_tma,
+        BLOCK_N=block_n,
         HAS_SEQUSED=seqused_k is not None,
         SEQ_FILTER=seq_filter,
         DECODE_MAX_Q=decode_max_q,
@@ -849,6 +922,34 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
         HAS_V_DESCALE=v_descale is not None,
     )
     return attention_fwd_hopper_kernel, grid, args, constexprs, {"num_warps": NUM_WARPS}
+
+
+def paged_tma_view(cache: torch.Tensor):
+    """A 2-D view of a paged cache [num_blocks, page, Hk, D] in which each (block, kv head)'s keys are consecutive
+    rows, for TMA boxes of a page's keys: (rows, width, row stride, (rows per block, rows per kv head, columns per kv
+    head)); None when the strides allow none (TMA: 16-byte row stride, fewer than 2^31 rows).
+
+    Heads side by side in a row (vLLM's [blocks, page, Hk, D], also as K/V halves of [blocks, 2, page, Hk, D]): rows
+    are keys, a head is a column offset. Heads-major pages ([blocks, Hk, page, D] viewed as [blocks, page, Hk, D]):
+    rows of D, a head is a row offset. The view never reaches past the cache's last element.
+    """
+    num_blocks, page, num_heads, head_dim = cache.shape
+    block_stride, slot_stride, head_stride, dim_stride = cache.stride()
+    if dim_stride != 1 or num_blocks == 0:
+        return None
+    if head_stride == head_dim and slot_stride >= num_heads * head_dim and block_stride % slot_stride == 0:
+        row_stride, width = slot_stride, num_heads * head_dim
+        placement = (block_stride // slot_stride, 0, head_dim)
+        rows = (num_blocks - 1) * placement[0] + page
+    elif slot_stride == head_dim and head_stride % head_dim == 0 and block_stride % head_dim == 0:
+        row_stride, width = head_dim, head_dim
+        placement = (block_stride // head_dim, head_stride // head_dim, 0)
+        rows = (num_blocks - 1) * placement[0] + (num_heads - 1) * placement[1] + page
+    else:
+        return None
+    if (row_stride * cache.element_size()) % 16 or rows >= 2**31:
+        return None
+    return rows, width, row_stride, placement
 
 
 def _descale_strides(descale: torch.Tensor | None) -> tuple[int, int]:
