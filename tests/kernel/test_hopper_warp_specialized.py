@@ -6,6 +6,7 @@ GPU: Gluon does not run in Triton's interpreter (CI cross-compiles it for sm_90 
 
 import itertools
 import json
+import random
 
 import pytest
 import torch
@@ -118,6 +119,19 @@ def test_warp_specialized_prefill_matches_reference(monkeypatch, head_size, caus
     assert _plan(inputs)[0] == WS
     atol, rtol = TOLERANCES[torch.bfloat16]
     check_against_reference(inputs, atol, rtol, causal=causal)
+
+
+@pytest.mark.skipif(not (ON_HOPPER and attention_hopper.HAS_GLUON), reason="Gluon kernels run on a Hopper GPU only")
+@pytest.mark.parametrize("num_seqs", [129, 300])
+def test_warp_specialized_prefill_finds_the_sequence_of_every_tile(monkeypatch, num_seqs):
+    """More sequences than the tile-to-sequence search probes at once (128): two rounds; empty, decode-sized and
+    multi-tile sequences mixed, so every tile must land on its own sequence."""
+    monkeypatch.setenv("TRITONFA_CONFIG", WS_CONFIG)
+    lengths = [random.choice([0, 1, 3, 17, 64, 128, 129, 300]) for _ in range(num_seqs)]
+    inputs = make_inputs(lengths, [n + random.randint(0, 40) for n in lengths], num_heads=(8, 2), head_size=128)
+    assert _plan(inputs)[0] == WS
+    atol, rtol = TOLERANCES[torch.bfloat16]
+    check_against_reference(inputs, atol, rtol, causal=True)
 
 
 @pytest.mark.skipif(not (ON_HOPPER and attention_hopper.HAS_GLUON), reason="Gluon kernels run on a Hopper GPU only")

@@ -157,17 +157,23 @@ def supports(q, k, v, out, paged: bool, features: dict, fp8: bool = False, quant
 if HAS_GLUON:
 
     @gluon.jit
-    def _find_sequence(cu_seqlens_q_ptr, tile_id, num_seqs, BLOCK_M: gl.constexpr):
-        # Largest b with cu_seqlens_q[b] // BLOCK_M + b <= tile_id.
+    def _find_sequence(cu_seqlens_q_ptr, tile_id, num_seqs, BLOCK_M: gl.constexpr, num_warps: gl.constexpr):
+        # Largest b with cu_seqlens_q[b] // BLOCK_M + b <= tile_id (b = 0 if none), searched 32 * num_warps entries
+        # at a time: one dependent load per round (a binary search is one per halving, and with one program per SM
+        # it is on every tile's critical path; 64 sequences: 1 round instead of 6).
+        PROBES: gl.constexpr = 32 * num_warps
+        o_probe = gl.arange(0, PROBES, layout=gl.BlockedLayout([1], [32], [num_warps], [0]))
         lo = num_seqs * 0
-        hi = num_seqs
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            mid_start = gl.load(cu_seqlens_q_ptr + mid) // BLOCK_M + mid
-            if mid_start <= tile_id:
-                lo = mid
-            else:
-                hi = mid
+        count = num_seqs  # the answer is in [lo, lo + count)
+        while count > 1:
+            step = gl.cdiv(count, PROBES)
+            b = lo + o_probe * step
+            in_range = o_probe * step < count
+            start = gl.load(cu_seqlens_q_ptr + b, mask=in_range, other=0) // BLOCK_M + b
+            # probes at or before tile_id (a prefix while cu_seqlens_q is monotone; any count stays in range)
+            below = gl.sum((in_range & (start <= tile_id)).to(gl.int32), axis=0)
+            lo = lo + gl.maximum(below - 1, 0) * step
+            count = gl.minimum(step, count - gl.maximum(below - 1, 0) * step)
         return lo
 
     @gluon.jit
@@ -713,7 +719,7 @@ if HAS_GLUON:
         tile_id = gl.num_programs(1) - 1 - gl.program_id(1)  # the last sequences' tiles first
         kv_head = q_head // GROUP
 
-        seq = _find_sequence(cu_seqlens_q_ptr, tile_id, num_seqs, BLOCK_M)
+        seq = _find_sequence(cu_seqlens_q_ptr, tile_id, num_seqs, BLOCK_M, num_warps)
         seq_q_start = gl.load(cu_seqlens_q_ptr + seq)
         seq_q_len = gl.minimum(gl.load(cu_seqlens_q_ptr + seq + 1), total_q) - seq_q_start
         tile_in_seq = tile_id - (seq_q_start // BLOCK_M + seq)
