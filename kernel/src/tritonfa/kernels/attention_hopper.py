@@ -177,30 +177,79 @@ if HAS_GLUON:
         return lo
 
     @gluon.jit
+    def _tile_bounds(tile_id, cu_seqlens_q_ptr, cu_seqlens_k_ptr, seqused_k_ptr, num_seqs, total_q, total_k,
+                     max_blocks, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr,
+                     PAGED: gl.constexpr, PAGE_SIZE: gl.constexpr, HAS_SEQUSED: gl.constexpr,
+                     SEQ_FILTER: gl.constexpr, DECODE_MAX_Q: gl.constexpr, FP8: gl.constexpr,
+                     num_warps: gl.constexpr):  # fmt: skip
+        # Tile slot tile_id (cu_seqlens_q[b] // BLOCK_M + b slots before sequence b): whether it holds query rows to
+        # compute (process), its sequence, q rows, keys (bounded by total_q / total_k / the block table whatever the
+        # index tensors hold) and the key blocks its rows see. A sequence's last tiles (most keys) get its first
+        # slots. FP8: the key grid starts key_shift keys early, on a 16-key group of V's key-major copy.
+        seq = _find_sequence(cu_seqlens_q_ptr, tile_id, num_seqs, BLOCK_M, num_warps)
+        seq_q_start = gl.load(cu_seqlens_q_ptr + seq)
+        seq_q_len = gl.minimum(gl.load(cu_seqlens_q_ptr + seq + 1), total_q) - seq_q_start
+        tile_in_seq = tile_id - (seq_q_start // BLOCK_M + seq)
+        tiles_in_seq = gl.cdiv(seq_q_len, BLOCK_M)
+        skip = tile_in_seq >= tiles_in_seq
+        if SEQ_FILTER == 1:
+            skip = skip | (seq_q_len <= DECODE_MAX_Q)
+        q_tile_start = seq * 0
+        seq_k_start = seq * 0
+        seq_k_len = seq * 0
+        num_blocks = seq * 0
+        key_shift = seq * 0
+        if not skip:
+            q_tile_start = (tiles_in_seq - 1 - tile_in_seq) * BLOCK_M  # last tiles first
+            if HAS_SEQUSED:
+                seq_k_len = gl.load(seqused_k_ptr + seq)
+            else:
+                seq_k_len = gl.load(cu_seqlens_k_ptr + seq + 1) - gl.load(cu_seqlens_k_ptr + seq)
+            if PAGED:
+                seq_k_cap = max_blocks * PAGE_SIZE  # keys the block table can address
+            else:
+                seq_k_start = gl.minimum(gl.maximum(gl.load(cu_seqlens_k_ptr + seq), 0), total_k)
+                seq_k_cap = total_k - seq_k_start
+            seq_k_len = gl.minimum(gl.maximum(seq_k_len, 0), seq_k_cap)
+            diagonal = seq_k_len - seq_q_len
+            q_last = gl.minimum(q_tile_start + BLOCK_M, seq_q_len) - 1
+            if CAUSAL:
+                kv_end = gl.maximum(gl.minimum(q_last + diagonal + 1, seq_k_len), 0)
+            else:
+                kv_end = seq_k_len
+            if FP8:
+                key_shift = seq_k_start % 16
+                num_blocks = gl.where(kv_end > 0, gl.cdiv(kv_end + key_shift, BLOCK_N), 0)
+            else:
+                num_blocks = gl.cdiv(kv_end, BLOCK_N)
+        return not skip, seq, seq_q_start, seq_q_len, q_tile_start, seq_k_start, seq_k_len, num_blocks, key_shift
+
+    @gluon.jit
     def _producer(q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_ready, k_ready, v_ready, kv_empty, q_row, q_col,
                   seq_k_start, k_ptr, v_ptr, block_table_ptr, seq, stride_bt_seq, num_cache_blocks, max_blocks,
                   seq_k_len, kv_head, stride_k_blk, stride_k_slot, stride_k_head, stride_v_blk, stride_v_slot,
                   stride_v_head, k_rows_per_block, k_rows_per_head, k_cols_per_head, v_rows_per_block,
-                  v_rows_per_head, v_cols_per_head, num_blocks, PAGED: gl.constexpr, PAGE_SIZE: gl.constexpr,
+                  v_rows_per_head, v_cols_per_head, num_blocks, it0, PAGED: gl.constexpr, PAGE_SIZE: gl.constexpr,
                   PAGED_TMA: gl.constexpr, FP8: gl.constexpr, QUANTIZE_Q: gl.constexpr):  # fmt: skip
+        # it0: K/V blocks this program's producer has loaded before this tile (the ring's slot and phase go on)
         HEAD_DIM: gl.constexpr = q_desc.block_type.shape[1]
         if PAGED_TMA:
             _produce_paged_tma(q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_ready, k_ready, v_ready, kv_empty,
                                q_row, q_col, block_table_ptr, seq, stride_bt_seq, num_cache_blocks, max_blocks,
                                kv_head, k_rows_per_block, k_rows_per_head, k_cols_per_head, v_rows_per_block,
-                               v_rows_per_head, v_cols_per_head, num_blocks, PAGE_SIZE)  # fmt: skip
+                               v_rows_per_head, v_cols_per_head, num_blocks, it0, PAGE_SIZE)  # fmt: skip
         elif PAGED:
             _produce_paged(q_desc, q_smem, k_bufs, v_bufs, q_ready, k_ready, v_ready, kv_empty, q_row, q_col, k_ptr,
                            v_ptr, block_table_ptr, seq, stride_bt_seq, num_cache_blocks, max_blocks, seq_k_len,
                            kv_head, stride_k_blk, stride_k_slot, stride_k_head, stride_v_blk, stride_v_slot,
-                           stride_v_head, num_blocks, PAGE_SIZE)  # fmt: skip
+                           stride_v_head, num_blocks, it0, PAGE_SIZE)  # fmt: skip
         else:
             _produce_tma(q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_ready, k_ready, v_ready, kv_empty, q_row,
-                         q_col, seq_k_start, kv_head * HEAD_DIM, num_blocks, FP8, QUANTIZE_Q)  # fmt: skip
+                         q_col, seq_k_start, kv_head * HEAD_DIM, num_blocks, it0, FP8, QUANTIZE_Q)  # fmt: skip
 
     @gluon.jit
     def _produce_tma(q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_ready, k_ready, v_ready, kv_empty,
-                     q_row, q_col, k_row, kv_col, num_blocks, V_KEY_MAJOR: gl.constexpr,
+                     q_row, q_col, k_row, kv_col, num_blocks, it0, V_KEY_MAJOR: gl.constexpr,
                      QUANTIZE_Q: gl.constexpr):  # fmt: skip
         # V_KEY_MAJOR: v_desc describes V's key-major copy [Hk * D, keys] in tiles [D, BLOCK_N].
         # QUANTIZE_Q: the consumers fill q_smem themselves.
@@ -210,9 +259,9 @@ if HAS_GLUON:
             mbarrier.expect(q_ready, q_desc.block_type.nbytes)
             _tma_load(q_desc, [q_row, q_col], q_ready, q_smem)
         for j in range(num_blocks):
-            s = j % STAGES
+            s = (it0 + j) % STAGES
             # a fresh barrier's phase "1" counts as complete, so the first round does not wait
-            mbarrier.wait(kv_empty.index(s), ((j // STAGES) & 1) ^ 1)
+            mbarrier.wait(kv_empty.index(s), (((it0 + j) // STAGES) & 1) ^ 1)
             mbarrier.expect(k_ready.index(s), k_desc.block_type.nbytes)
             _tma_load(k_desc, [k_row + j * BLOCK_N, kv_col], k_ready.index(s), k_bufs.index(s))
             mbarrier.expect(v_ready.index(s), v_desc.block_type.nbytes)
@@ -225,7 +274,7 @@ if HAS_GLUON:
     def _produce_paged_tma(q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_ready, k_ready, v_ready, kv_empty, q_row,
                            q_col, block_table_ptr, seq, stride_bt_seq, num_cache_blocks, max_blocks, kv_head,
                            k_rows_per_block, k_rows_per_head, k_cols_per_head, v_rows_per_block, v_rows_per_head,
-                           v_cols_per_head, num_blocks, PAGE_SIZE: gl.constexpr):  # fmt: skip
+                           v_cols_per_head, num_blocks, it0, PAGE_SIZE: gl.constexpr):  # fmt: skip
         # Paged K/V through TMA: each page's run of CHUNK keys is one box of a 2-D view of the cache in which the keys
         # of one (block, kv head) are consecutive rows: key p of block b, head h is row b * k_rows_per_block +
         # h * k_rows_per_head + p, column h * k_cols_per_head (heads side by side in a row, or heads as runs of
@@ -246,11 +295,11 @@ if HAS_GLUON:
         # block j's ids are loaded while block j - 1's copies are in flight (one load latency per block, not per page)
         next_ids = _page_block_id(table_row, o_chunk * CHUNK // PAGE_SIZE, max_blocks, num_cache_blocks)
         for j in range(num_blocks):
-            s = j % STAGES
+            s = (it0 + j) % STAGES
             ids = next_ids.to(gl.int32)
             next_key0 = (j + 1) * BLOCK_N + o_chunk * CHUNK
             next_ids = _page_block_id(table_row, next_key0 // PAGE_SIZE, max_blocks, num_cache_blocks)
-            mbarrier.wait(kv_empty.index(s), ((j // STAGES) & 1) ^ 1)
+            mbarrier.wait(kv_empty.index(s), (((it0 + j) // STAGES) & 1) ^ 1)
             mbarrier.expect(k_ready.index(s), k_desc.block_type.nbytes * CHUNKS)
             mbarrier.expect(v_ready.index(s), v_desc.block_type.nbytes * CHUNKS)
             for c in gl.static_range(CHUNKS):
@@ -272,7 +321,7 @@ if HAS_GLUON:
     def _produce_paged(q_desc, q_smem, k_bufs, v_bufs, q_ready, k_ready, v_ready, kv_empty, q_row, q_col,
                        k_ptr, v_ptr, block_table_ptr, seq, stride_bt_seq, num_cache_blocks, max_blocks, seq_k_len,
                        kv_head, stride_k_blk, stride_k_slot, stride_k_head, stride_v_blk, stride_v_slot,
-                       stride_v_head, num_blocks, PAGE_SIZE: gl.constexpr):  # fmt: skip
+                       stride_v_head, num_blocks, it0, PAGE_SIZE: gl.constexpr):  # fmt: skip
         # Paged K/V: each page's rows gathered with 16-byte cp.async into the swizzled slot; every producer thread
         # arrives on the ready barrier once its copies land. Keys past the sequence are zero-filled.
         STAGES: gl.constexpr = k_bufs.type.shape[0]
@@ -291,8 +340,8 @@ if HAS_GLUON:
         k_rows = gl.expand_dims(o_row, 1) * stride_k_slot + o_d  # [CHUNK, D] offsets within one page's chunk
         v_rows = gl.expand_dims(o_row, 1) * stride_v_slot + o_d
         for j in range(num_blocks):
-            s = j % STAGES
-            mbarrier.wait(kv_empty.index(s), ((j // STAGES) & 1) ^ 1)
+            s = (it0 + j) % STAGES
+            mbarrier.wait(kv_empty.index(s), (((it0 + j) // STAGES) & 1) ^ 1)
             for c in gl.static_range(BLOCK_N // CHUNK):
                 key0 = j * BLOCK_N + c * CHUNK
                 block_id = _page_block_id(table_row, key0 // PAGE_SIZE, max_blocks, num_cache_blocks)
@@ -406,20 +455,21 @@ if HAS_GLUON:
         return tok
 
     @gluon.jit
-    def _kv_step(j, q_smem, k_bufs, v_bufs, k_ready, v_ready, kv_empty, turns, s_zero, o_zero, b_o, m_i, l_i,
-                 p_prev, key_shift, q_pos, seq_k_len, diagonal, qk_scale,
+    def _kv_step(j, it0, turn0, q_smem, k_bufs, v_bufs, k_ready, v_ready, kv_empty, turns, s_zero, o_zero, b_o, m_i,
+                 l_i, p_prev, key_shift, q_pos, seq_k_len, diagonal, qk_scale,
                  MASKED: gl.constexpr, CAUSAL: gl.constexpr, s_layout: gl.constexpr, o_layout: gl.constexpr,
                  p_layout: gl.constexpr, WG: gl.constexpr, PINGPONG: gl.constexpr, V_KEY_MAJOR: gl.constexpr,
                  P_SCALE_LOG2: gl.constexpr, TWO_LEVEL: gl.constexpr, ROW_SCALE: gl.constexpr):  # fmt: skip
-        # S_j = Q K_j^T is issued before O += P_{j-1} V_{j-1}; the softmax of S_j overlaps that P@V.
+        # S_j = Q K_j^T is issued before O += P_{j-1} V_{j-1}; the softmax of S_j overlaps that P@V. it0 / turn0: the
+        # K/V blocks and wgmma turns this warpgroup has used before this tile (ring slots and phases go on).
         STAGES: gl.constexpr = k_bufs.type.shape[0]
         BLOCK_N: gl.constexpr = k_bufs.type.shape[1]
-        s = j % STAGES
-        sp = (j - 1) % STAGES
-        mbarrier.wait(k_ready.index(s), (j // STAGES) & 1)
-        _wait_turn(turns, j, WG, PINGPONG)
+        s = (it0 + j) % STAGES
+        sp = (it0 + j - 1) % STAGES
+        mbarrier.wait(k_ready.index(s), ((it0 + j) // STAGES) & 1)
+        _wait_turn(turns, turn0 + j, WG, PINGPONG)
         s_tok = warpgroup_mma(q_smem, k_bufs.index(s).permute((1, 0)), s_zero, use_acc=False, is_async=True)
-        mbarrier.wait(v_ready.index(sp), ((j - 1) // STAGES) & 1)
+        mbarrier.wait(v_ready.index(sp), ((it0 + j - 1) // STAGES) & 1)
         o_tok = _pv_issue(p_prev, _v_operand(v_bufs, sp, V_KEY_MAJOR), b_o, o_zero, p_layout, TWO_LEVEL)
         _pass_turn(turns, WG, PINGPONG)
         b_s = warpgroup_mma_wait(num_outstanding=1, deps=(s_tok,))
@@ -500,8 +550,10 @@ if HAS_GLUON:
                   stride_q_tok, stride_q_head, stride_o_tok, stride_o_head, stride_lse_head, ROW0: gl.constexpr,
                   ROWS: gl.constexpr, CAUSAL: gl.constexpr, PINGPONG: gl.constexpr, RETURN_LSE: gl.constexpr,
                   ZERO_TAIL: gl.constexpr, FP8: gl.constexpr, P_SCALE_LOG2: gl.constexpr, TWO_LEVEL: gl.constexpr,
-                  QUANTIZE_Q: gl.constexpr, Q_MAX: gl.constexpr, num_warps: gl.constexpr):  # fmt: skip
+                  QUANTIZE_Q: gl.constexpr, Q_MAX: gl.constexpr, num_warps: gl.constexpr, it0=0, turn0=0,
+                  q_phase=0):  # fmt: skip
         # This warpgroup's ROWS query rows start at row ROW0 of the tile; both warpgroups walk the tile's blocks.
+        # it0 / turn0 / q_phase: K/V blocks, wgmma turns and Q loads of this program's earlier tiles (persistent).
         # FP8: V slots are key-major, P and l are scaled by 2^P_SCALE_LOG2, O takes out_scale (V's descale).
         q_smem = q_tile_smem.slice(ROW0, ROWS, dim=0)
         WG: gl.constexpr = ROW0 // ROWS  # 0 or 1
@@ -545,11 +597,12 @@ if HAS_GLUON:
                                          stride_q_head, Q_MAX, num_warps)  # fmt: skip
             qk_scale = gl.convert_layout(row_scale, row_layout) * qk_scale
         else:
-            mbarrier.wait(q_ready, 0)
+            mbarrier.wait(q_ready, q_phase)
         # block 0: S_0 alone (nothing to overlap with yet)
-        mbarrier.wait(k_ready.index(0), 0)
-        _wait_turn(turns, 0, WG, PINGPONG)
-        s_tok = warpgroup_mma(q_smem, k_bufs.index(0).permute((1, 0)), s_zero, use_acc=False, is_async=True)
+        s0 = it0 % STAGES
+        mbarrier.wait(k_ready.index(s0), (it0 // STAGES) & 1)
+        _wait_turn(turns, turn0, WG, PINGPONG)
+        s_tok = warpgroup_mma(q_smem, k_bufs.index(s0).permute((1, 0)), s_zero, use_acc=False, is_async=True)
         _pass_turn(turns, WG, PINGPONG)
         b_s = warpgroup_mma_wait(num_outstanding=0, deps=(s_tok,))
         if first_full:
@@ -564,37 +617,38 @@ if HAS_GLUON:
         if FP8:
             if key_shift > 0:
                 # block 0's first keys belong to the sequence before: zero them (and any past this one's end)
-                mbarrier.wait(v_ready.index(0), 0)
-                _zero_keys_outside(v_bufs.index(0), -key_shift, seq_k_len, num_warps)
+                mbarrier.wait(v_ready.index(s0), (it0 // STAGES) & 1)
+                _zero_keys_outside(v_bufs.index(s0), -key_shift, seq_k_len, num_warps)
         # interior blocks: every key visible to every row, no mask
         for j in range(1, num_full):
-            b_o, m_i, l_i, p_prev = _kv_step(j, q_smem, k_bufs, v_bufs, k_ready, v_ready, kv_empty, turns, s_zero,
-                                             o_zero, b_o, m_i, l_i, p_prev, key_shift, q_pos, seq_k_len, diagonal,
-                                             qk_scale, False, CAUSAL, s_layout, o_layout, p_layout, WG, PINGPONG, FP8,
-                                             P_SCALE_LOG2, TWO_LEVEL_PV, QUANTIZE_Q)  # fmt: skip
+            b_o, m_i, l_i, p_prev = _kv_step(j, it0, turn0, q_smem, k_bufs, v_bufs, k_ready, v_ready, kv_empty, turns,
+                                             s_zero, o_zero, b_o, m_i, l_i, p_prev, key_shift, q_pos, seq_k_len,
+                                             diagonal, qk_scale, False, CAUSAL, s_layout, o_layout, p_layout, WG,
+                                             PINGPONG, FP8, P_SCALE_LOG2, TWO_LEVEL_PV, QUANTIZE_Q)  # fmt: skip
         # blocks on the causal diagonal or past the sequence's last key
         for j in range(gl.maximum(num_full, 1), num_blocks):
-            b_o, m_i, l_i, p_prev = _kv_step(j, q_smem, k_bufs, v_bufs, k_ready, v_ready, kv_empty, turns, s_zero,
-                                             o_zero, b_o, m_i, l_i, p_prev, key_shift, q_pos, seq_k_len, diagonal,
-                                             qk_scale, True, CAUSAL, s_layout, o_layout, p_layout, WG, PINGPONG, FP8,
-                                             P_SCALE_LOG2, TWO_LEVEL_PV, QUANTIZE_Q)  # fmt: skip
+            b_o, m_i, l_i, p_prev = _kv_step(j, it0, turn0, q_smem, k_bufs, v_bufs, k_ready, v_ready, kv_empty, turns,
+                                             s_zero, o_zero, b_o, m_i, l_i, p_prev, key_shift, q_pos, seq_k_len,
+                                             diagonal, qk_scale, True, CAUSAL, s_layout, o_layout, p_layout, WG,
+                                             PINGPONG, FP8, P_SCALE_LOG2, TWO_LEVEL_PV, QUANTIZE_Q)  # fmt: skip
         last = num_blocks - 1
-        mbarrier.wait(v_ready.index(last % STAGES), (last // STAGES) & 1)
+        s_last = (it0 + last) % STAGES
+        mbarrier.wait(v_ready.index(s_last), ((it0 + last) // STAGES) & 1)
         if ZERO_TAIL and (last + 1) * BLOCK_N - key_shift > seq_k_len:
             # The last block runs past the sequence: its V rows there belong to the next sequence or to whatever
             # follows the last one, and P = 0 does not cancel a non-finite value. Zero them before P@V.
             if FP8:
-                _zero_keys_outside(v_bufs.index(last % STAGES), last * BLOCK_N - key_shift, seq_k_len, num_warps)
+                _zero_keys_outside(v_bufs.index(s_last), last * BLOCK_N - key_shift, seq_k_len, num_warps)
             else:
-                _zero_rows_from(v_bufs.index(last % STAGES), seq_k_len - last * BLOCK_N, num_warps)
-        _wait_turn(turns, num_blocks, WG, PINGPONG)
-        o_tok = _pv_issue(p_prev, _v_operand(v_bufs, last % STAGES, FP8), b_o, o_zero, p_layout, TWO_LEVEL_PV)
+                _zero_rows_from(v_bufs.index(s_last), seq_k_len - last * BLOCK_N, num_warps)
+        _wait_turn(turns, turn0 + num_blocks, WG, PINGPONG)
+        o_tok = _pv_issue(p_prev, _v_operand(v_bufs, s_last, FP8), b_o, o_zero, p_layout, TWO_LEVEL_PV)
         _pass_turn(turns, WG, PINGPONG)
         if TWO_LEVEL_PV:
             b_o = b_o + warpgroup_mma_wait(num_outstanding=0, deps=(o_tok,))
         else:
             b_o = warpgroup_mma_wait(num_outstanding=0, deps=(o_tok,))
-        mbarrier.arrive(kv_empty.index(last % STAGES), count=1)
+        mbarrier.arrive(kv_empty.index(s_last), count=1)
 
         # Rows that saw no key have l = 0 and O = 0: divide by 1 so they come out as 0, not NaN.
         l_safe = gl.where(l_i == 0.0, 1.0, l_i)
@@ -719,40 +773,12 @@ if HAS_GLUON:
         tile_id = gl.num_programs(1) - 1 - gl.program_id(1)  # the last sequences' tiles first
         kv_head = q_head // GROUP
 
-        seq = _find_sequence(cu_seqlens_q_ptr, tile_id, num_seqs, BLOCK_M, num_warps)
-        seq_q_start = gl.load(cu_seqlens_q_ptr + seq)
-        seq_q_len = gl.minimum(gl.load(cu_seqlens_q_ptr + seq + 1), total_q) - seq_q_start
-        tile_in_seq = tile_id - (seq_q_start // BLOCK_M + seq)
-        tiles_in_seq = gl.cdiv(seq_q_len, BLOCK_M)
-        skip = tile_in_seq >= tiles_in_seq
-        if SEQ_FILTER == 1:
-            skip = skip | (seq_q_len <= DECODE_MAX_Q)
-        if not skip:
-            q_tile_start = (tiles_in_seq - 1 - tile_in_seq) * BLOCK_M  # last tiles first
-            if HAS_SEQUSED:
-                seq_k_len = gl.load(seqused_k_ptr + seq)
-            else:
-                seq_k_len = gl.load(cu_seqlens_k_ptr + seq + 1) - gl.load(cu_seqlens_k_ptr + seq)
-            if PAGED:
-                seq_k_start = 0
-                seq_k_cap = max_blocks * PAGE_SIZE  # keys the block table can address
-            else:
-                seq_k_start = gl.minimum(gl.maximum(gl.load(cu_seqlens_k_ptr + seq), 0), total_k)
-                seq_k_cap = total_k - seq_k_start
-            seq_k_len = gl.minimum(gl.maximum(seq_k_len, 0), seq_k_cap)
-            diagonal = seq_k_len - seq_q_len
-            q_last = gl.minimum(q_tile_start + BLOCK_M, seq_q_len) - 1
-            if CAUSAL:
-                kv_end = gl.maximum(gl.minimum(q_last + diagonal + 1, seq_k_len), 0)
-            else:
-                kv_end = seq_k_len
-            if FP8:
-                # the key grid starts on a 16-key group of the key-major V copy (its keys are reordered per group)
-                key_shift = seq_k_start % 16
-                num_blocks = gl.where(kv_end > 0, gl.cdiv(kv_end + key_shift, BLOCK_N), 0)
-            else:
-                key_shift = 0
-                num_blocks = gl.cdiv(kv_end, BLOCK_N)
+        process, seq, seq_q_start, seq_q_len, q_tile_start, seq_k_start, seq_k_len, num_blocks, key_shift = (
+            _tile_bounds(tile_id, cu_seqlens_q_ptr, cu_seqlens_k_ptr, seqused_k_ptr, num_seqs, total_q, total_k,
+                         max_blocks, BLOCK_M, BLOCK_N, CAUSAL, PAGED, PAGE_SIZE, HAS_SEQUSED, SEQ_FILTER, DECODE_MAX_Q,
+                         FP8, num_warps)
+        )  # fmt: skip
+        if process:
             if num_blocks == 0:
                 _store_empty(out_ptr, lse_ptr, seq_q_start, seq_q_len, q_tile_start, q_head, stride_o_tok,
                              stride_o_head, stride_lse_head, BLOCK_M, HEAD_DIM, RETURN_LSE, num_warps)  # fmt: skip
@@ -813,7 +839,7 @@ if HAS_GLUON:
                                      seq_k_len, kv_head, stride_k_blk, stride_k_slot, stride_k_head, stride_v_blk,
                                      stride_v_slot, stride_v_head, k_rows_per_block, k_rows_per_head,
                                      k_cols_per_head, v_rows_per_block, v_rows_per_head, v_cols_per_head,
-                                     num_blocks, PAGED, PAGE_SIZE, PAGED_TMA, FP8, QUANTIZE_Q)),
+                                     num_blocks, 0, PAGED, PAGE_SIZE, PAGED_TMA, FP8, QUANTIZE_Q)),
                     ],
                     [num_warps, PRODUCER_WARPS],
                     [WORKER_REGS, PRODUCER_REGS_],
