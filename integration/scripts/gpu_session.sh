@@ -6,7 +6,7 @@
 #   setsid nohup bash integration/scripts/gpu_session.sh RESULTS_DIR [READY_FILE] > /dev/null 2>&1 &
 # READY_FILE (optional): wait until it exists (vLLM still being installed) before the first engine starts.
 set -uo pipefail
-cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+cd "$(dirname "${BASH_SOURCE[0]}")/../.." || exit
 out="${1:?usage: gpu_session.sh RESULTS_DIR [READY_FILE]}"
 ready="${2:-}"
 mkdir -p "$out"

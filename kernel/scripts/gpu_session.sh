@@ -6,13 +6,13 @@
 #   probe                  paging probe
 #   variants               config variants (A/B) of VARIANT_PLANS (default prefill,decode,mixed)
 #   variants:PLAN:ONLY:VARIANTS  one variants.py call (ONLY and VARIANTS comma lists with '+' for ',')
-#   ws-tests               the warp-specialized Gluon prefill's own tests (Hopper); when they pass, the steps after
-#                          it run with that path on (TRITONFA_CONFIG), so the suite and memcheck cover it
+#   ws-tests               the warp-specialized Gluon prefill's own tests (Hopper; its opt-in paths included), killed
+#                          after WS_TESTS_TIMEOUT seconds (default 600) so a hung kernel cannot hold the session
 #   mask-cost              bounds on vs off (kernel/scripts/mask_cost.py, MASK_COST_ROUNDS rounds, default 3;
 #                          MASK_COST_CONFIG: TRITONFA_CONFIG for it)
 #   verify                 GPU test suite, memcheck, benchmark (gpu_verify.sh; PEER_PYTHONPATH / PEER_READY)
 set -uo pipefail
-cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+cd "$(dirname "${BASH_SOURCE[0]}")/../.." || exit
 out="${1:?usage: gpu_session.sh RESULTS_DIR [STEPS]}"
 steps="${2:-probe,variants,verify}"
 mkdir -p "$out"
@@ -30,11 +30,8 @@ export PYTHONPATH="$PWD/kernel/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=
         python3 kernel/scripts/variants.py --plan "$plan" --only "${only//+/,}" --variants "${variants//+/,}" \
           --out "$out" 2>&1 | tee -a "$out/variants.log" ;;
       ws-tests)
-        ws='{"hopper": {"warp_specialized": true}}'
-        if TRITONFA_CONFIG="$ws" python3 -m pytest tests/kernel/test_hopper_warp_specialized.py --device cuda -n 8 \
-          -v --tb=short -p no:cacheprovider -rfEs 2>&1 | tee "$out/ws_tests.log" | tail -n 30; then
-          export TRITONFA_CONFIG="$ws"
-        fi ;;
+        timeout -s KILL "${WS_TESTS_TIMEOUT:-600}" python3 -m pytest tests/kernel/test_hopper_warp_specialized.py \
+          --device cuda -n 8 -v --tb=short -p no:cacheprovider -rfEs 2>&1 | tee "$out/ws_tests.log" | tail -n 30 ;;
       mask-cost)  # MASK_COST_CONFIG: the TRITONFA_CONFIG of both sides (its patches cover the portable kernel)
         TRITONFA_CONFIG="${MASK_COST_CONFIG:-${TRITONFA_CONFIG:-}}" python3 kernel/scripts/mask_cost.py \
           --rounds "${MASK_COST_ROUNDS:-3}" --out "$out/mask_cost" 2>&1 | tail -n 30 ;;

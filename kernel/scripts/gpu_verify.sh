@@ -3,7 +3,7 @@
 # a compute-sanitizer memcheck over a representative subset, and the side-by-side benchmark.
 #   [PEER_PYTHONPATH=DIR [PEER_READY=FILE]] bash kernel/scripts/gpu_verify.sh OUTDIR [bench args...]
 set -uo pipefail
-cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+cd "$(dirname "${BASH_SOURCE[0]}")/../.." || exit
 out="${1:?usage: gpu_verify.sh OUTDIR [bench args...]}"
 shift
 mkdir -p "$out"
@@ -11,11 +11,14 @@ export PYTHONPATH="$PWD/kernel/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=
 nvidia-smi -L | tee "$out/card.txt"
 
 echo "== kernel tests on the GPU"
-# -v names each failure as it happens, so a run cut off by a time limit still says what failed
-python3 -m pytest tests/kernel --device cuda -n 16 -v --tb=short -p no:cacheprovider -rfE 2>&1 | tee "$out/gpu_tests.log" | grep -E "FAILED|ERROR|passed|failed" | tail -n 40
+# -v names each failure as it happens, so a run cut off by a time limit still says what failed; a hung kernel is
+# killed after SUITE_TIMEOUT seconds (default 1200) instead of holding the machine
+timeout -s KILL "${SUITE_TIMEOUT:-1200}" python3 -m pytest tests/kernel --device cuda -n 16 -v --tb=short \
+  -p no:cacheprovider -rfE 2>&1 | tee "$out/gpu_tests.log" | grep -E "FAILED|ERROR|passed|failed" | tail -n 40
 
 echo "== compute-sanitizer memcheck (paged, split-KV decode, fp8, masks, varlen, bad index contents, Hopper Gluon prefill)"
-compute-sanitizer --tool memcheck --error-exitcode 99 python3 -m pytest -p no:cacheprovider -p no:xdist -q \
+timeout -s KILL "${MEMCHECK_TIMEOUT:-900}" \
+  compute-sanitizer --tool memcheck --error-exitcode 99 python3 -m pytest -p no:cacheprovider -p no:xdist -q \
   "tests/kernel/test_paged.py::test_mixed_prefill_context_and_decode_in_one_call" \
   "tests/kernel/test_paged.py::test_decode_and_speculative_lengths" \
   "tests/kernel/test_fp8.py::test_fp8_kv_cache_decode" \
@@ -29,7 +32,9 @@ compute-sanitizer --tool memcheck --error-exitcode 99 python3 -m pytest -p no:ca
   "tests/kernel/test_hopper_warp_specialized.py::test_warp_specialized_paged_prefill_matches_reference[gather-64-256-paged_heads_major]" \
   "tests/kernel/test_hopper_warp_specialized.py::test_warp_specialized_paged_prefill_matches_reference[tma-128-16-paged_kv_interleaved]" \
   "tests/kernel/test_hopper_warp_specialized.py::test_warp_specialized_paged_prefill_matches_reference[tma-64-256-paged_heads_major]" \
-  "tests/kernel/test_hopper_warp_specialized.py::test_warp_specialized_fp8_prefill_matches_reference[True-per_head-True-False-128]" 2>&1 | tee "$out/memcheck.log" | tail -n 8
+  "tests/kernel/test_hopper_warp_specialized.py::test_warp_specialized_fp8_prefill_matches_reference[True-per_head-True-False-128]" \
+  "tests/kernel/test_hopper_warp_specialized.py::test_warp_specialized_persistent_matches_reference[contiguous-True-128]" \
+  "tests/kernel/test_hopper_warp_specialized.py::test_warp_specialized_persistent_matches_reference[paged-tma-True-64]" 2>&1 | tee "$out/memcheck.log" | tail -n 8
 echo "memcheck exit: ${PIPESTATUS[0]}" | tee -a "$out/memcheck.log"
 
 echo "== benchmark"

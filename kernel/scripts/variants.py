@@ -44,6 +44,8 @@ PREFILL_VARIANTS = {
     "ws-fp8-s3": {"ws_fp8": True, "fp8_q_for_fp8_kv": True, "ws_stages": 3},
     "ws-fp8-s4": {"ws_fp8": True, "fp8_q_for_fp8_kv": True, "ws_stages": 4},
     "ws-paged-tma": {"ws_paged_tma": True},  # paged prefill: TMA boxes of a page's keys instead of cp.async gathers
+    "ws-persistent": {"ws_persistent": True},  # Gluon prefill on a persistent grid
+    "ws-persistent-paged-tma": {"ws_persistent": True, "ws_paged_tma": True},
 }
 DECODE_VARIANTS = {
     "default": {},

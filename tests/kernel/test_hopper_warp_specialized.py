@@ -121,6 +121,55 @@ def test_warp_specialized_prefill_matches_reference(monkeypatch, head_size, caus
     check_against_reference(inputs, atol, rtol, causal=causal)
 
 
+@pytest.mark.skipif(not attention_hopper.HAS_GLUON, reason="this triton has no Gluon")
+def test_a_persistent_grid_has_one_program_per_sm_slot(monkeypatch):
+    monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"warp_specialized": True, "ws_persistent": True}}))
+    inputs = make_inputs([300, 40, 1], [300, 40, 9], num_heads=(8, 2), head_size=128)
+    args = {
+        name: value.to("meta") if isinstance(value, torch.Tensor) else value for name, value in _args(inputs).items()
+    }
+    prefill, decode = plan_attention(**args)
+    assert prefill.constexprs["PERSISTENT"] and prefill.constexprs["Q_BUFS"] == 2
+    slots = 341 // 128 + 3
+    assert len(prefill.grid) == 1 and 1 <= prefill.grid[0] <= 8 * slots, "at most one program per work item"
+    assert decode.fn.__name__ == PORTABLE
+
+
+@pytest.mark.skipif(not (ON_HOPPER and attention_hopper.HAS_GLUON), reason="Gluon kernels run on a Hopper GPU only")
+@pytest.mark.parametrize("head_size", [64, 128, 256])
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("kv_layout", ["contiguous", "paged-gather", "paged-tma"])
+def test_warp_specialized_persistent_matches_reference(monkeypatch, head_size, causal, kv_layout):
+    """The persistent grid (config `ws_persistent`): each program walks many tiles, so ring slots, phases, wgmma
+    turns and Q buffers carry from tile to tile; empty tiles, rows that see no key, NaN after the last key, a mixed
+    batch's decodes (skipped here, on the decode launch) and more sequences than one search round."""
+    config = {"warp_specialized": True, "ws_persistent": True, "ws_paged_tma": kv_layout == "paged-tma"}
+    monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": config}))
+    seqlens_q = [1, 0, 129, 128, 300, 1000, 77, 200, 3] + [random.choice([0, 1, 17, 130]) for _ in range(140)]
+    seqlens_k = [n + random.choice([0, 0, 5, 60]) for n in seqlens_q]
+    seqlens_k[1] = 5  # no queries, some keys
+    paged = kv_layout != "contiguous"
+    inputs = make_inputs(seqlens_q, seqlens_k, num_heads=(32, 8), head_size=head_size,
+                         kv_layout="paged_kv_interleaved" if paged else "contiguous")  # fmt: skip
+    if not paged:
+        nan_tail = torch.full((37, *inputs.k.shape[1:]), float("nan"), dtype=inputs.k.dtype, device=DEVICE)
+        inputs.k = torch.cat([inputs.k, nan_tail])
+        inputs.v = torch.cat([inputs.v, nan_tail])
+    assert _plan(inputs)[0] == WS and _constexprs(inputs)["PERSISTENT"]
+    atol, rtol = TOLERANCES[torch.bfloat16]
+    check_against_reference(inputs, atol, rtol, causal=causal)
+
+
+@pytest.mark.skipif(not (ON_HOPPER and attention_hopper.HAS_GLUON), reason="Gluon kernels run on a Hopper GPU only")
+def test_warp_specialized_persistent_fp8(monkeypatch):
+    monkeypatch.setenv("TRITONFA_CONFIG", _ws_fp8_config(ws_persistent=True))
+    inputs = _fp8_batch(128, torch.float8_e4m3fn, use_seqused_k=True)
+    assert _plan(inputs)[0] == WS and _constexprs(inputs)["PERSISTENT"]
+    descales = {name: fp8_descale("per_head", inputs.batch, inputs.num_kv_heads)
+                for name in ("q_descale", "k_descale", "v_descale")}  # fmt: skip
+    check_low_precision(inputs, causal=True, **descales)
+
+
 @pytest.mark.skipif(not (ON_HOPPER and attention_hopper.HAS_GLUON), reason="Gluon kernels run on a Hopper GPU only")
 @pytest.mark.parametrize("num_seqs", [129, 300])
 def test_warp_specialized_prefill_finds_the_sequence_of_every_tile(monkeypatch, num_seqs):

@@ -46,6 +46,9 @@ class AttentionConfig:
     ws_fp8_two_level: bool = True  # fp8 P@V: each block's product added to O in fp32, not chained in the MMA
     ws_stages: int = 0  # K/V ring slots of the Gluon prefill; 0 = attention_hopper.tiles_for's (2)
     ws_paged_tma: bool = False  # Gluon prefill: paged K/V through TMA boxes of a page's keys (else cp.async gathers)
+    # Gluon prefill: a persistent grid (one program per SM slot walks the tiles; the next tile's loads overlap this
+    # one's end) instead of one program per tile
+    ws_persistent: bool = False
 
     def launch_options(self, arch: str) -> dict:
         options = {"num_warps": self.num_warps, "num_stages": self.num_stages}

@@ -210,8 +210,26 @@ def _hopper_prefill_specs() -> list[dict[str, Any]]:
     choices += [(128, True, True, False, bf16, fp8, True, True), (128, True, True, False, fp8, fp8, False, False)]
     choices = [(*choice, 0, False) for choice in choices] + [(128, True, True, False, fp8, fp8, False, True, 4, False)]
     choices += [(d, True, True, True, bf16, bf16, False, True, 0, True) for d in (64, 128, 256)]  # paged through TMA
+    choices = [(*choice, 0) for choice in choices]
+    # persistent grids: contiguous and paged (gathers, TMA) at every head size, fp8 with a quantized q
+    choices += [(d, causal, True, False, bf16, bf16, False, True, 0, False, 132) for d in (64, 128, 256)
+                for causal in (False, True)]  # fmt: skip
+    choices += [(d, True, True, True, bf16, bf16, False, True, 0, tma, 132) for d in (64, 128, 256) for tma in (0, 1)]
+    choices += [(128, True, True, False, bf16, fp8, True, True, 0, False, 132)]
     specs = []
-    for head_dim, causal, pingpong, paged, q_dtype, kv_dtype, quantize_q, two_level, stages, paged_tma in choices:
+    for (
+        head_dim,
+        causal,
+        pingpong,
+        paged,
+        q_dtype,
+        kv_dtype,
+        quantize_q,
+        two_level,
+        stages,
+        paged_tma,
+        programs,
+    ) in choices:
         inputs = _meta_inputs("hopper", q_dtype, kv_dtype, head_dim, paged=paged, decode=False,
                               features=not causal)  # fmt: skip
         lse = inputs["lse"]
@@ -220,7 +238,8 @@ def _hopper_prefill_specs() -> list[dict[str, Any]]:
         fn, _, args, constexprs, options = attention_hopper.plan_hopper_prefill(
             inputs["q"], inputs["k"], inputs["v"], out, lse, inputs["cu_seqlens_q"], inputs["cu_seqlens_k"],
             inputs["seqused_k"], inputs["block_table"], 0.125, causal, 1, 16, pingpong,
-            inputs["q_descale"], inputs["k_descale"], inputs["v_descale"], quantize_q, two_level, stages, paged_tma,
+            inputs["q_descale"], inputs["k_descale"], inputs["v_descale"], quantize_q, two_level, stages,
+            bool(paged_tma), programs,
         )  # fmt: skip
         name = (
             f"{fn.__name__}[hopper d{head_dim} CAUSAL={causal} RETURN_LSE={lse is not None} PINGPONG={pingpong} "
@@ -228,6 +247,7 @@ def _hopper_prefill_specs() -> list[dict[str, Any]]:
             + (f" FP8 QUANTIZE_Q={quantize_q} TWO_LEVEL={two_level}" if fp8_kv else "")
             + (f" STAGES={stages}" if stages else "")
             + (f" PAGED_TMA={constexprs['PAGED_TMA']}" if paged_tma else "")
+            + (" PERSISTENT" if programs else "")
             + "]"
         )
         specs.append(dict(name=name, fn=fn, bound_args=args, constexprs=constexprs, options=options, gluon=True))

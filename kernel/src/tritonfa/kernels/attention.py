@@ -839,6 +839,8 @@ def _plan_hopper_prefill(
         q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, softmax_scale, causal, seq_filter,
         DECODE_MAX_SEQLEN_Q, config.ws_pingpong, q_descale, k_descale, v_descale, quantize_q, config.ws_fp8_two_level,
         config.ws_stages, config.ws_paged_tma,
+        # one program per SM, two at D 64 (their shared memory fits twice)
+        _multiprocessor_count(q.device) * (2 if q.shape[-1] <= 64 else 1) if config.ws_persistent else 0,
     )  # fmt: skip
     return KernelLaunch(fn, grid, args, constexprs, options)
 

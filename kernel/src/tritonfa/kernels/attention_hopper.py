@@ -74,6 +74,8 @@ PRODUCER_REGS = gl.constexpr(24) if HAS_GLUON else 24
 CONSUMER_REGS_PAGED = gl.constexpr(224) if HAS_GLUON else 224
 PAGED_PRODUCER_REGS = gl.constexpr(64) if HAS_GLUON else 64
 PAGED_PRODUCER_WARPS = gl.constexpr(4) if HAS_GLUON else 4
+# a persistent TMA producer also finds each work item's sequence and bounds
+PERSISTENT_PRODUCER_REGS = gl.constexpr(56) if HAS_GLUON else 56
 
 
 def tiles_for(head_dim: int) -> tuple[int, int]:
@@ -691,12 +693,147 @@ if HAS_GLUON:
                   num_warps)  # fmt: skip
         return ()
 
+    @gluon.jit
+    def _scales(softmax_scale, seq, kv_head, q_descale_ptr, k_descale_ptr, v_descale_ptr, stride_qdesc_seq,
+                stride_qdesc_head, stride_kdesc_seq, stride_kdesc_head, stride_vdesc_seq, stride_vdesc_head,
+                HAS_Q_DESCALE: gl.constexpr, HAS_K_DESCALE: gl.constexpr, HAS_V_DESCALE: gl.constexpr):  # fmt: skip
+        # (scores -> log2 units, O's factor besides 1 / l) of one (sequence, kv head): descales fold in here
+        qk_scale = softmax_scale * 1.4426950408889634  # log2 domain: exp2 with the scale folded in
+        out_scale = gl.to_tensor(1.0)  # FP8 only
+        if HAS_Q_DESCALE:
+            qk_scale *= gl.load(q_descale_ptr + seq * stride_qdesc_seq + kv_head * stride_qdesc_head)
+        if HAS_K_DESCALE:
+            qk_scale *= gl.load(k_descale_ptr + seq * stride_kdesc_seq + kv_head * stride_kdesc_head)
+        if HAS_V_DESCALE:
+            out_scale *= gl.load(v_descale_ptr + seq * stride_vdesc_seq + kv_head * stride_vdesc_head)
+        return qk_scale, out_scale
+
+    @gluon.jit
+    def _work_item(work, n_tile_slots, num_q_heads):
+        # (q tile slot, q head) of a persistent program's work item: a slot's heads back to back, last slots (the
+        # sequences' last, longest tiles) first - the order of the non-persistent grid
+        return n_tile_slots - 1 - work // num_q_heads, work % num_q_heads
+
+    @gluon.jit
+    def _producer_persistent(q_desc, k_desc, v_desc, q_bufs, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready,
+                             kv_empty, k_ptr, v_ptr, cu_seqlens_q_ptr, cu_seqlens_k_ptr, seqused_k_ptr,
+                             block_table_ptr, num_seqs, total_q, total_k, num_cache_blocks, max_blocks, stride_bt_seq,
+                             stride_k_blk, stride_k_slot, stride_k_head, stride_v_blk, stride_v_slot, stride_v_head,
+                             k_rows_per_block, k_rows_per_head, k_cols_per_head, v_rows_per_block, v_rows_per_head,
+                             v_cols_per_head, n_tile_slots, num_q_heads, GROUP: gl.constexpr, CAUSAL: gl.constexpr,
+                             PAGED: gl.constexpr, PAGE_SIZE: gl.constexpr, PAGED_TMA: gl.constexpr,
+                             HAS_SEQUSED: gl.constexpr, SEQ_FILTER: gl.constexpr, DECODE_MAX_Q: gl.constexpr,
+                             FP8: gl.constexpr, QUANTIZE_Q: gl.constexpr):  # fmt: skip
+        # The producer's walk over this program's work items: Q into the next of Q_BUFS buffers once the consumers
+        # are done with it, K/V blocks into the ring, whose slots and phases run on from tile to tile.
+        BLOCK_M: gl.constexpr = q_desc.block_type.shape[0]
+        HEAD_DIM: gl.constexpr = q_desc.block_type.shape[1]
+        BLOCK_N: gl.constexpr = k_bufs.type.shape[1]
+        Q_BUFS: gl.constexpr = q_bufs.type.shape[0]
+        it = gl.program_id(0) * 0  # K/V blocks loaded so far
+        items = gl.program_id(0) * 0  # tiles loaded so far
+        for work in range(gl.program_id(0), n_tile_slots * num_q_heads, gl.num_programs(0)):
+            tile_id, q_head = _work_item(work, n_tile_slots, num_q_heads)
+            process, seq, seq_q_start, seq_q_len, q_tile_start, seq_k_start, seq_k_len, num_blocks, key_shift = (
+                _tile_bounds(tile_id, cu_seqlens_q_ptr, cu_seqlens_k_ptr, seqused_k_ptr, num_seqs, total_q, total_k,
+                             max_blocks, BLOCK_M, BLOCK_N, CAUSAL, PAGED, PAGE_SIZE, HAS_SEQUSED, SEQ_FILTER,
+                             DECODE_MAX_Q, FP8, gl.num_warps())
+            )  # fmt: skip
+            if process & (num_blocks > 0):
+                qb = items % Q_BUFS
+                if not QUANTIZE_Q:
+                    mbarrier.wait(q_empty.index(qb), ((items // Q_BUFS) & 1) ^ 1)
+                _producer(q_desc, k_desc, v_desc, q_bufs.index(qb), k_bufs, v_bufs, q_ready.index(qb), k_ready,
+                          v_ready, kv_empty, seq_q_start + q_tile_start, q_head * HEAD_DIM, seq_k_start - key_shift,
+                          k_ptr, v_ptr, block_table_ptr, seq, stride_bt_seq, num_cache_blocks, max_blocks, seq_k_len,
+                          q_head // GROUP, stride_k_blk, stride_k_slot, stride_k_head, stride_v_blk, stride_v_slot,
+                          stride_v_head, k_rows_per_block, k_rows_per_head, k_cols_per_head, v_rows_per_block,
+                          v_rows_per_head, v_cols_per_head, num_blocks, it, PAGED, PAGE_SIZE, PAGED_TMA, FP8,
+                          QUANTIZE_Q)  # fmt: skip
+                it += num_blocks
+                items += 1
+
+    @gluon.jit
+    def _consumer_persistent(q_bufs, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, kv_empty, turns, q_ptr,
+                             out_ptr, lse_ptr, cu_seqlens_q_ptr, cu_seqlens_k_ptr, seqused_k_ptr, q_descale_ptr,
+                             k_descale_ptr, v_descale_ptr, num_seqs, total_q, total_k, max_blocks, softmax_scale,
+                             stride_q_tok, stride_q_head, stride_o_tok, stride_o_head, stride_lse_head,
+                             stride_qdesc_seq, stride_qdesc_head, stride_kdesc_seq, stride_kdesc_head,
+                             stride_vdesc_seq, stride_vdesc_head, n_tile_slots, num_q_heads, GROUP: gl.constexpr,
+                             ROW0: gl.constexpr, ROWS: gl.constexpr, CAUSAL: gl.constexpr, PINGPONG: gl.constexpr,
+                             RETURN_LSE: gl.constexpr, ZERO_TAIL: gl.constexpr, PAGED: gl.constexpr,
+                             PAGE_SIZE: gl.constexpr, HAS_SEQUSED: gl.constexpr, SEQ_FILTER: gl.constexpr,
+                             DECODE_MAX_Q: gl.constexpr, FP8: gl.constexpr, P_SCALE_LOG2: gl.constexpr,
+                             TWO_LEVEL: gl.constexpr, QUANTIZE_Q: gl.constexpr, Q_MAX: gl.constexpr,
+                             HAS_Q_DESCALE: gl.constexpr, HAS_K_DESCALE: gl.constexpr, HAS_V_DESCALE: gl.constexpr,
+                             num_warps: gl.constexpr):  # fmt: skip
+        # A consumer warpgroup's walk over the same work items as the producer: each tile as in the non-persistent
+        # kernel (_consumer), its ring blocks, wgmma turns and Q buffer counted on from the tiles before.
+        BLOCK_M: gl.constexpr = q_bufs.type.shape[1]
+        HEAD_DIM: gl.constexpr = q_bufs.type.shape[2]
+        BLOCK_N: gl.constexpr = k_bufs.type.shape[1]
+        Q_BUFS: gl.constexpr = q_bufs.type.shape[0]
+        it = gl.program_id(0) * 0  # K/V blocks consumed so far
+        items = gl.program_id(0) * 0  # tiles computed so far (each took its blocks + 1 wgmma turns)
+        for work in range(gl.program_id(0), n_tile_slots * num_q_heads, gl.num_programs(0)):
+            tile_id, q_head = _work_item(work, n_tile_slots, num_q_heads)
+            process, seq, seq_q_start, seq_q_len, q_tile_start, seq_k_start, seq_k_len, num_blocks, key_shift = (
+                _tile_bounds(tile_id, cu_seqlens_q_ptr, cu_seqlens_k_ptr, seqused_k_ptr, num_seqs, total_q, total_k,
+                             max_blocks, BLOCK_M, BLOCK_N, CAUSAL, PAGED, PAGE_SIZE, HAS_SEQUSED, SEQ_FILTER,
+                             DECODE_MAX_Q, FP8, num_warps)
+            )  # fmt: skip
+            if process:
+                if num_blocks == 0:
+                    _store_empty(out_ptr, lse_ptr, seq_q_start, seq_q_len, q_tile_start + ROW0, q_head, stride_o_tok,
+                                 stride_o_head, stride_lse_head, ROWS, HEAD_DIM, RETURN_LSE, num_warps)  # fmt: skip
+                else:
+                    qk_scale, out_scale = _scales(softmax_scale, seq, q_head // GROUP, q_descale_ptr, k_descale_ptr,
+                                                  v_descale_ptr, stride_qdesc_seq, stride_qdesc_head, stride_kdesc_seq,
+                                                  stride_kdesc_head, stride_vdesc_seq, stride_vdesc_head,
+                                                  HAS_Q_DESCALE, HAS_K_DESCALE, HAS_V_DESCALE)  # fmt: skip
+                    qb = items % Q_BUFS
+                    _consumer(q_bufs.index(qb), k_bufs, v_bufs, q_ready.index(qb), k_ready, v_ready, kv_empty, turns,
+                              q_ptr, out_ptr, lse_ptr, seq_q_start, seq_q_len, q_tile_start, q_head, seq_k_len,
+                              num_blocks, key_shift, qk_scale, out_scale, stride_q_tok, stride_q_head, stride_o_tok,
+                              stride_o_head, stride_lse_head, ROW0, ROWS, CAUSAL, PINGPONG, RETURN_LSE, ZERO_TAIL,
+                              FP8, P_SCALE_LOG2, TWO_LEVEL, QUANTIZE_Q, Q_MAX, num_warps, it, it + items,
+                              (items // Q_BUFS) & 1)  # fmt: skip
+                    mbarrier.arrive(q_empty.index(qb), count=1)  # this warpgroup's QK wgmmas are done with it
+                    it += num_blocks
+                    items += 1
+
+    @gluon.jit
+    def _consumer_persistent_default(q_bufs, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, kv_empty, turns,
+                                     q_ptr, out_ptr, lse_ptr, cu_seqlens_q_ptr, cu_seqlens_k_ptr, seqused_k_ptr,
+                                     q_descale_ptr, k_descale_ptr, v_descale_ptr, num_seqs, total_q, total_k,
+                                     max_blocks, softmax_scale, stride_q_tok, stride_q_head, stride_o_tok,
+                                     stride_o_head, stride_lse_head, stride_qdesc_seq, stride_qdesc_head,
+                                     stride_kdesc_seq, stride_kdesc_head, stride_vdesc_seq, stride_vdesc_head,
+                                     n_tile_slots, num_q_heads, GROUP: gl.constexpr, ROW0: gl.constexpr,
+                                     ROWS: gl.constexpr, CAUSAL: gl.constexpr, PINGPONG: gl.constexpr,
+                                     RETURN_LSE: gl.constexpr, ZERO_TAIL: gl.constexpr, PAGED: gl.constexpr,
+                                     PAGE_SIZE: gl.constexpr, HAS_SEQUSED: gl.constexpr, SEQ_FILTER: gl.constexpr,
+                                     DECODE_MAX_Q: gl.constexpr, FP8: gl.constexpr, P_SCALE_LOG2: gl.constexpr,
+                                     TWO_LEVEL: gl.constexpr, QUANTIZE_Q: gl.constexpr, Q_MAX: gl.constexpr,
+                                     HAS_Q_DESCALE: gl.constexpr, HAS_K_DESCALE: gl.constexpr,
+                                     HAS_V_DESCALE: gl.constexpr, num_warps: gl.constexpr):  # fmt: skip
+        _consumer_persistent(q_bufs, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, kv_empty, turns, q_ptr,
+                             out_ptr, lse_ptr, cu_seqlens_q_ptr, cu_seqlens_k_ptr, seqused_k_ptr, q_descale_ptr,
+                             k_descale_ptr, v_descale_ptr, num_seqs, total_q, total_k, max_blocks, softmax_scale,
+                             stride_q_tok, stride_q_head, stride_o_tok, stride_o_head, stride_lse_head,
+                             stride_qdesc_seq, stride_qdesc_head, stride_kdesc_seq, stride_kdesc_head,
+                             stride_vdesc_seq, stride_vdesc_head, n_tile_slots, num_q_heads, GROUP, ROW0, ROWS, CAUSAL,
+                             PINGPONG, RETURN_LSE, ZERO_TAIL, PAGED, PAGE_SIZE, HAS_SEQUSED, SEQ_FILTER,
+                             DECODE_MAX_Q, FP8, P_SCALE_LOG2, TWO_LEVEL, QUANTIZE_Q, Q_MAX, HAS_Q_DESCALE,
+                             HAS_K_DESCALE, HAS_V_DESCALE, num_warps)  # fmt: skip
+        return ()
+
     # Lengths, counts and the widths they set (block table, lse rows) change per batch: not specialized, so a new
     # batch never compiles a new variant (vLLM warms up once; CUDA graphs replay)
     @gluon.jit(
         do_not_specialize=[
             "num_seqs", "total_q", "total_k", "num_cache_blocks", "max_blocks", "softmax_scale", "stride_lse_head",
-            "stride_bt_seq",
+            "stride_bt_seq", "n_tile_slots",
         ]
     )  # fmt: skip
     def attention_fwd_hopper_kernel(
@@ -745,6 +882,8 @@ if HAS_GLUON:
         stride_kdesc_head,
         stride_vdesc_seq,
         stride_vdesc_head,
+        n_tile_slots,  # PERSISTENT: q tile slots per head (the non-persistent grid's second dimension)
+        num_q_heads,  # PERSISTENT
         GROUP: gl.constexpr,  # q heads per kv head
         CAUSAL: gl.constexpr,
         PINGPONG: gl.constexpr,  # the consumer warpgroups alternate their wgmma issue (see _wait_turn)
@@ -765,8 +904,106 @@ if HAS_GLUON:
         HAS_Q_DESCALE: gl.constexpr,
         HAS_K_DESCALE: gl.constexpr,
         HAS_V_DESCALE: gl.constexpr,
+        PERSISTENT: gl.constexpr,  # one program per SM slot walks (tile slot, q head) items; grid (programs,)
+        Q_BUFS: gl.constexpr,  # PERSISTENT: Q buffers (2: the next tile's Q loads during this one)
         num_warps: gl.constexpr,
     ):
+        BLOCK_M: gl.constexpr = q_desc.block_type.shape[0]
+        HEAD_DIM: gl.constexpr = q_desc.block_type.shape[1]
+        GATHER: gl.constexpr = PAGED and not PAGED_TMA
+        # TMA: one expect-tx arrival per slot; cp.async gathers: every producer thread's arrival
+        READY_COUNT: gl.constexpr = 32 * PAGED_PRODUCER_WARPS if GATHER else 1
+        ZERO_TAIL: gl.constexpr = not GATHER  # cp.async gathers zero-fill keys past the sequence themselves
+        # a TMA producer is one warp issuing copies; a gathering one computes addresses (4 warps)
+        PRODUCER_WARPS: gl.constexpr = PAGED_PRODUCER_WARPS if GATHER else 1
+        WORKER_REGS: gl.constexpr = CONSUMER_REGS_PAGED if GATHER else CONSUMER_REGS
+        PRODUCER_REGS_: gl.constexpr = PAGED_PRODUCER_REGS if GATHER else PRODUCER_REGS
+        HALF: gl.constexpr = BLOCK_M // 2
+        FIRST: gl.constexpr = 0
+        if PERSISTENT:
+            q_bufs = gl.allocate_shared_memory(q_desc.dtype, [Q_BUFS] + q_desc.block_type.shape, q_desc.layout)
+            k_bufs = gl.allocate_shared_memory(k_desc.dtype, [STAGES, BLOCK_N, HEAD_DIM], k_desc.layout)
+            if FP8:
+                v_bufs = gl.allocate_shared_memory(v_desc.dtype, [STAGES, HEAD_DIM, BLOCK_N], v_desc.layout)
+            else:
+                v_bufs = gl.allocate_shared_memory(v_desc.dtype, [STAGES, BLOCK_N, HEAD_DIM], v_desc.layout)
+            q_ready = gl.allocate_shared_memory(gl.int64, [Q_BUFS, 1], mbarrier.MBarrierLayout())
+            q_empty = gl.allocate_shared_memory(gl.int64, [Q_BUFS, 1], mbarrier.MBarrierLayout())
+            k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+            v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+            kv_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+            turns = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+            mbarrier.init(turns.index(0), count=1)
+            mbarrier.init(turns.index(1), count=1)
+            for i in gl.static_range(Q_BUFS):
+                mbarrier.init(q_ready.index(i), count=1)
+                mbarrier.init(q_empty.index(i), count=2)  # both consumer warpgroups hand a Q buffer back
+            for i in gl.static_range(STAGES):
+                mbarrier.init(k_ready.index(i), count=READY_COUNT)
+                mbarrier.init(v_ready.index(i), count=READY_COUNT)
+                mbarrier.init(kv_empty.index(i), count=2)
+            gl.warp_specialize(
+                [
+                    (_consumer_persistent_default, (
+                        q_bufs, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, kv_empty, turns, q_ptr, out_ptr,
+                        lse_ptr, cu_seqlens_q_ptr, cu_seqlens_k_ptr, seqused_k_ptr, q_descale_ptr, k_descale_ptr,
+                        v_descale_ptr, num_seqs, total_q, total_k, max_blocks, softmax_scale, stride_q_tok,
+                        stride_q_head, stride_o_tok, stride_o_head, stride_lse_head, stride_qdesc_seq,
+                        stride_qdesc_head, stride_kdesc_seq, stride_kdesc_head, stride_vdesc_seq, stride_vdesc_head,
+                        n_tile_slots, num_q_heads, GROUP, FIRST, HALF, CAUSAL, PINGPONG, RETURN_LSE, ZERO_TAIL,
+                        PAGED, PAGE_SIZE, HAS_SEQUSED, SEQ_FILTER, DECODE_MAX_Q, FP8, P_SCALE_LOG2, TWO_LEVEL,
+                        QUANTIZE_Q, Q_MAX, HAS_Q_DESCALE, HAS_K_DESCALE, HAS_V_DESCALE, num_warps)),
+                    (_consumer_persistent, (
+                        q_bufs, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, kv_empty, turns, q_ptr, out_ptr,
+                        lse_ptr, cu_seqlens_q_ptr, cu_seqlens_k_ptr, seqused_k_ptr, q_descale_ptr, k_descale_ptr,
+                        v_descale_ptr, num_seqs, total_q, total_k, max_blocks, softmax_scale, stride_q_tok,
+                        stride_q_head, stride_o_tok, stride_o_head, stride_lse_head, stride_qdesc_seq,
+                        stride_qdesc_head, stride_kdesc_seq, stride_kdesc_head, stride_vdesc_seq, stride_vdesc_head,
+                        n_tile_slots, num_q_heads, GROUP, HALF, HALF, CAUSAL, PINGPONG, RETURN_LSE, ZERO_TAIL,
+                        PAGED, PAGE_SIZE, HAS_SEQUSED, SEQ_FILTER, DECODE_MAX_Q, FP8, P_SCALE_LOG2, TWO_LEVEL,
+                        QUANTIZE_Q, Q_MAX, HAS_Q_DESCALE, HAS_K_DESCALE, HAS_V_DESCALE, num_warps)),
+                    (_producer_persistent, (
+                        q_desc, k_desc, v_desc, q_bufs, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, kv_empty,
+                        k_ptr, v_ptr, cu_seqlens_q_ptr, cu_seqlens_k_ptr, seqused_k_ptr, block_table_ptr, num_seqs,
+                        total_q, total_k, num_cache_blocks, max_blocks, stride_bt_seq, stride_k_blk, stride_k_slot,
+                        stride_k_head, stride_v_blk, stride_v_slot, stride_v_head, k_rows_per_block,
+                        k_rows_per_head, k_cols_per_head, v_rows_per_block, v_rows_per_head, v_cols_per_head,
+                        n_tile_slots, num_q_heads, GROUP, CAUSAL, PAGED, PAGE_SIZE, PAGED_TMA, HAS_SEQUSED,
+                        SEQ_FILTER, DECODE_MAX_Q, FP8, QUANTIZE_Q)),
+                ],
+                [num_warps, PRODUCER_WARPS],
+                [WORKER_REGS, PERSISTENT_PRODUCER_REGS if not GATHER else PRODUCER_REGS_],
+            )  # fmt: skip
+        else:
+            _tile_program(q_desc, k_desc, v_desc, q_ptr, k_ptr, v_ptr, out_ptr, lse_ptr, cu_seqlens_q_ptr,
+                          cu_seqlens_k_ptr, seqused_k_ptr, block_table_ptr, q_descale_ptr, k_descale_ptr,
+                          v_descale_ptr, num_seqs, total_q, total_k, num_cache_blocks, max_blocks, softmax_scale,
+                          stride_q_tok, stride_q_head, stride_o_tok, stride_o_head, stride_lse_head, stride_bt_seq,
+                          stride_k_blk, stride_k_slot, stride_k_head, stride_v_blk, stride_v_slot, stride_v_head,
+                          k_rows_per_block, k_rows_per_head, k_cols_per_head, v_rows_per_block, v_rows_per_head,
+                          v_cols_per_head, stride_qdesc_seq, stride_qdesc_head, stride_kdesc_seq, stride_kdesc_head,
+                          stride_vdesc_seq, stride_vdesc_head, GROUP, CAUSAL, PINGPONG, RETURN_LSE, PAGED,
+                          PAGE_SIZE, PAGED_TMA, BLOCK_N, HAS_SEQUSED, SEQ_FILTER, DECODE_MAX_Q, STAGES, FP8,
+                          P_SCALE_LOG2, TWO_LEVEL, QUANTIZE_Q, Q_MAX, HAS_Q_DESCALE, HAS_K_DESCALE, HAS_V_DESCALE,
+                          num_warps)  # fmt: skip
+
+    @gluon.jit
+    def _tile_program(q_desc, k_desc, v_desc, q_ptr, k_ptr, v_ptr, out_ptr, lse_ptr, cu_seqlens_q_ptr,
+                      cu_seqlens_k_ptr, seqused_k_ptr, block_table_ptr, q_descale_ptr, k_descale_ptr, v_descale_ptr,
+                      num_seqs, total_q, total_k, num_cache_blocks, max_blocks, softmax_scale, stride_q_tok,
+                      stride_q_head, stride_o_tok, stride_o_head, stride_lse_head, stride_bt_seq, stride_k_blk,
+                      stride_k_slot, stride_k_head, stride_v_blk, stride_v_slot, stride_v_head, k_rows_per_block,
+                      k_rows_per_head, k_cols_per_head, v_rows_per_block, v_rows_per_head, v_cols_per_head,
+                      stride_qdesc_seq, stride_qdesc_head, stride_kdesc_seq, stride_kdesc_head, stride_vdesc_seq,
+                      stride_vdesc_head, GROUP: gl.constexpr, CAUSAL: gl.constexpr, PINGPONG: gl.constexpr,
+                      RETURN_LSE: gl.constexpr, PAGED: gl.constexpr, PAGE_SIZE: gl.constexpr,
+                      PAGED_TMA: gl.constexpr, BLOCK_N: gl.constexpr, HAS_SEQUSED: gl.constexpr,
+                      SEQ_FILTER: gl.constexpr, DECODE_MAX_Q: gl.constexpr, STAGES: gl.constexpr,
+                      FP8: gl.constexpr, P_SCALE_LOG2: gl.constexpr, TWO_LEVEL: gl.constexpr,
+                      QUANTIZE_Q: gl.constexpr, Q_MAX: gl.constexpr, HAS_Q_DESCALE: gl.constexpr,
+                      HAS_K_DESCALE: gl.constexpr, HAS_V_DESCALE: gl.constexpr,
+                      num_warps: gl.constexpr):  # fmt: skip
+        # One program per (q head, q tile slot): grid (Hq, slots)
         BLOCK_M: gl.constexpr = q_desc.block_type.shape[0]
         HEAD_DIM: gl.constexpr = q_desc.block_type.shape[1]
         q_head = gl.program_id(0)
@@ -804,14 +1041,10 @@ if HAS_GLUON:
                     mbarrier.init(k_ready.index(i), count=READY_COUNT)
                     mbarrier.init(v_ready.index(i), count=READY_COUNT)
                     mbarrier.init(kv_empty.index(i), count=2)  # both consumer warpgroups hand a slot back
-                qk_scale = softmax_scale * 1.4426950408889634  # log2 domain: exp2 with the scale folded in
-                out_scale = gl.to_tensor(1.0)  # FP8 only: O's factor besides 1 / l
-                if HAS_Q_DESCALE:
-                    qk_scale *= gl.load(q_descale_ptr + seq * stride_qdesc_seq + kv_head * stride_qdesc_head)
-                if HAS_K_DESCALE:
-                    qk_scale *= gl.load(k_descale_ptr + seq * stride_kdesc_seq + kv_head * stride_kdesc_head)
-                if HAS_V_DESCALE:
-                    out_scale *= gl.load(v_descale_ptr + seq * stride_vdesc_seq + kv_head * stride_vdesc_head)
+                qk_scale, out_scale = _scales(softmax_scale, seq, kv_head, q_descale_ptr, k_descale_ptr, v_descale_ptr,
+                                              stride_qdesc_seq, stride_qdesc_head, stride_kdesc_seq, stride_kdesc_head,
+                                              stride_vdesc_seq, stride_vdesc_head, HAS_Q_DESCALE, HAS_K_DESCALE,
+                                              HAS_V_DESCALE)  # fmt: skip
                 HALF: gl.constexpr = BLOCK_M // 2
                 FIRST: gl.constexpr = 0
                 ZERO_TAIL: gl.constexpr = not GATHER  # cp.async gathers zero-fill keys past the sequence themselves
@@ -867,12 +1100,13 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
                         softmax_scale: float, causal: bool, seq_filter: int, decode_max_q: int,
                         pingpong: bool = True, q_descale=None, k_descale=None, v_descale=None,
                         quantize_q: bool = False, two_level: bool = True, stages: int = 0,
-                        paged_tma: bool = False):  # fmt: skip
+                        paged_tma: bool = False, persistent_programs: int = 0):  # fmt: skip
     """(kernel, grid, args, constexprs, options) of one warp-specialized prefill launch; `supports` must hold.
 
     fp8 K/V: V is read from its key-major copy (`key_major_v`, made here); quantize_q rounds a 16-bit q to K's fp8
     type in the kernel. Descales: fp32 of shape [], [1] or [batch, Hk]. stages: K/V ring slots (0: tiles_for's).
     paged_tma: a paged cache whose pages `paged_tma_view` describes is read through TMA (else cp.async gathers).
+    persistent_programs: > 0, a persistent grid of at most that many programs (one per SM slot) walks the tiles.
     """
     total_q, num_q_heads, head_dim = q.shape
     paged = block_table is not None
@@ -918,7 +1152,11 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
         total_k = k.shape[0]
     # QUANTIZE_Q: the consumers load q themselves; the descriptor (of k, never loaded) only gives q's fp8 tiles
     q_desc = descriptor(k, BLOCK_M) if quantize_q else descriptor(q, BLOCK_M)
-    grid = (num_q_heads, total_q // BLOCK_M + num_seqs)
+    n_tile_slots = total_q // BLOCK_M + num_seqs
+    if persistent_programs > 0:
+        grid: tuple[int, ...] = (max(1, min(persistent_programs, num_q_heads * n_tile_slots)),)
+    else:
+        grid = (num_q_heads, n_tile_slots)
     args = (
         q_desc, k_desc, v_desc, q,
         k if paged else out, v if paged else out, out, lse if lse is not None else out,
@@ -930,6 +1168,7 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
         q.stride(0), q.stride(1), out.stride(0), out.stride(1), lse.stride(0) if lse is not None else 0,
         block_table.stride(0) if paged else 0, *kv_strides, *page_rows,
         *(s for d in (q_descale, k_descale, v_descale) for s in _descale_strides(d)),
+        n_tile_slots, num_q_heads,
     )  # fmt: skip
     constexprs = dict(
         GROUP=num_q_heads // num_kv_heads,
@@ -952,6 +1191,9 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
         HAS_Q_DESCALE=q_descale is not None,
         HAS_K_DESCALE=k_descale is not None,
         HAS_V_DESCALE=v_descale is not None,
+        PERSISTENT=persistent_programs > 0,
+        # a second Q buffer (the next tile's Q loads during this one) where shared memory has room: not at D 256
+        Q_BUFS=2 if persistent_programs > 0 and head_dim <= 128 else 1,
     )
     return attention_fwd_hopper_kernel, grid, args, constexprs, {"num_warps": NUM_WARPS}
 
