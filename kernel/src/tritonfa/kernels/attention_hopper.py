@@ -159,11 +159,12 @@ def supports(q, k, v, out, paged: bool, features: dict, fp8: bool = False, quant
 if HAS_GLUON:
 
     @gluon.jit
-    def _find_sequence(cu_seqlens_q_ptr, tile_id, num_seqs, BLOCK_M: gl.constexpr, num_warps: gl.constexpr):
-        # Largest b with cu_seqlens_q[b] // BLOCK_M + b <= tile_id (b = 0 if none), searched 32 * num_warps entries
-        # at a time: one dependent load per round (a binary search is one per halving, and with one program per SM
-        # it is on every tile's critical path; 64 sequences: 1 round instead of 6).
-        PROBES: gl.constexpr = 32 * num_warps
+    def _find_sequence(cu_seqlens_q_ptr, tile_id, num_seqs, BLOCK_M: gl.constexpr, PROBES: gl.constexpr,
+                       num_warps: gl.constexpr):  # fmt: skip
+        # Largest b with cu_seqlens_q[b] // BLOCK_M + b <= tile_id (b = 0 if none), searched PROBES entries at a
+        # time: one dependent load per round (a binary search is one per halving, and with one program per SM it is
+        # on every tile's critical path; 64 sequences, 128 probes: 1 round instead of 6). Partitions that must agree
+        # on a tile search with the same PROBES: then they agree whatever cu_seqlens_q holds.
         o_probe = gl.arange(0, PROBES, layout=gl.BlockedLayout([1], [32], [num_warps], [0]))
         lo = num_seqs * 0
         count = num_seqs  # the answer is in [lo, lo + count)
@@ -183,12 +184,12 @@ if HAS_GLUON:
                      max_blocks, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr,
                      PAGED: gl.constexpr, PAGE_SIZE: gl.constexpr, HAS_SEQUSED: gl.constexpr,
                      SEQ_FILTER: gl.constexpr, DECODE_MAX_Q: gl.constexpr, FP8: gl.constexpr,
-                     num_warps: gl.constexpr):  # fmt: skip
+                     PROBES: gl.constexpr, num_warps: gl.constexpr):  # fmt: skip
         # Tile slot tile_id (cu_seqlens_q[b] // BLOCK_M + b slots before sequence b): whether it holds query rows to
         # compute (process), its sequence, q rows, keys (bounded by total_q / total_k / the block table whatever the
         # index tensors hold) and the key blocks its rows see. A sequence's last tiles (most keys) get its first
         # slots. FP8: the key grid starts key_shift keys early, on a 16-key group of V's key-major copy.
-        seq = _find_sequence(cu_seqlens_q_ptr, tile_id, num_seqs, BLOCK_M, num_warps)
+        seq = _find_sequence(cu_seqlens_q_ptr, tile_id, num_seqs, BLOCK_M, PROBES, num_warps)
         seq_q_start = gl.load(cu_seqlens_q_ptr + seq)
         seq_q_len = gl.minimum(gl.load(cu_seqlens_q_ptr + seq + 1), total_q) - seq_q_start
         tile_in_seq = tile_id - (seq_q_start // BLOCK_M + seq)
@@ -737,7 +738,7 @@ if HAS_GLUON:
             process, seq, seq_q_start, seq_q_len, q_tile_start, seq_k_start, seq_k_len, num_blocks, key_shift = (
                 _tile_bounds(tile_id, cu_seqlens_q_ptr, cu_seqlens_k_ptr, seqused_k_ptr, num_seqs, total_q, total_k,
                              max_blocks, BLOCK_M, BLOCK_N, CAUSAL, PAGED, PAGE_SIZE, HAS_SEQUSED, SEQ_FILTER,
-                             DECODE_MAX_Q, FP8, gl.num_warps())
+                             DECODE_MAX_Q, FP8, 32, gl.num_warps())
             )  # fmt: skip
             if process & (num_blocks > 0):
                 qb = items % Q_BUFS
@@ -780,7 +781,7 @@ if HAS_GLUON:
             process, seq, seq_q_start, seq_q_len, q_tile_start, seq_k_start, seq_k_len, num_blocks, key_shift = (
                 _tile_bounds(tile_id, cu_seqlens_q_ptr, cu_seqlens_k_ptr, seqused_k_ptr, num_seqs, total_q, total_k,
                              max_blocks, BLOCK_M, BLOCK_N, CAUSAL, PAGED, PAGE_SIZE, HAS_SEQUSED, SEQ_FILTER,
-                             DECODE_MAX_Q, FP8, num_warps)
+                             DECODE_MAX_Q, FP8, 32, num_warps)
             )  # fmt: skip
             if process:
                 if num_blocks == 0:
@@ -1013,7 +1014,7 @@ if HAS_GLUON:
         process, seq, seq_q_start, seq_q_len, q_tile_start, seq_k_start, seq_k_len, num_blocks, key_shift = (
             _tile_bounds(tile_id, cu_seqlens_q_ptr, cu_seqlens_k_ptr, seqused_k_ptr, num_seqs, total_q, total_k,
                          max_blocks, BLOCK_M, BLOCK_N, CAUSAL, PAGED, PAGE_SIZE, HAS_SEQUSED, SEQ_FILTER, DECODE_MAX_Q,
-                         FP8, num_warps)
+                         FP8, 32 * num_warps, num_warps)
         )  # fmt: skip
         if process:
             if num_blocks == 0:
