@@ -676,8 +676,18 @@ def _descale_strides(descale: torch.Tensor | None) -> tuple[int, int]:
     return descale.stride(0), descale.stride(1)
 
 
+# Plain-Python twins of triton.cdiv / triton.next_power_of_2 for the launcher (host time per call: those are
+# constexpr-function wrappers since triton 3.7, ~3 us a call)
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _next_power_of_2(n: int) -> int:
+    return 1 << (n - 1).bit_length() if n > 0 else 0  # triton's: 0 for 0
+
+
 def _next_pow2_at_least(value: int, floor: int) -> int:
-    return max(triton.next_power_of_2(value), floor)
+    return max(_next_power_of_2(value), floor)
 
 
 _TORCH_TO_TL = {
@@ -863,10 +873,10 @@ def _plan_launch(
     group = num_q_heads // num_kv_heads
 
     h_pack = min(group, config.block_m) if config.pack_gqa else 1
-    head_chunks = triton.cdiv(group, h_pack)
+    head_chunks = _cdiv(group, h_pack)
     tokens_per_tile = config.block_m // h_pack
     if seq_filter == 2:
-        tiles_per_seq = triton.cdiv(DECODE_MAX_SEQLEN_Q, tokens_per_tile)
+        tiles_per_seq = _cdiv(DECODE_MAX_SEQLEN_Q, tokens_per_tile)
         grid: tuple[int, ...] = (num_seqs * tiles_per_seq, num_kv_heads * head_chunks)
     else:
         tiles_per_seq = 0
@@ -1020,7 +1030,7 @@ def _plan_launch(
         )  # fmt: skip
         combine_constexprs = dict(
             HEAD_DIM_V=head_dim_v,
-            BLOCK_DV=triton.next_power_of_2(head_dim_v),
+            BLOCK_DV=_next_power_of_2(head_dim_v),
             BLOCK_SPLITS=MAX_SPLITS,
             HAS_SINK=s_aux is not None,
             HAS_OUT_SCALE=output_scale is not None,
@@ -1114,7 +1124,7 @@ def _key_major_copy(v: torch.Tensor) -> torch.Tensor:
     triggers a recompile and the storage can back a tensor descriptor.
     """
     total_k, num_heads, head_dim = v.shape
-    padded = triton.cdiv(total_k, 16) * 16
+    padded = _cdiv(total_k, 16) * 16
     storage = torch.empty((num_heads, head_dim, padded), dtype=v.dtype, device=v.device)
     storage[:, :, :total_k].copy_(v.permute(1, 2, 0))
     return storage
@@ -1132,9 +1142,9 @@ def _auto_num_splits(device: torch.device, programs: int, max_seqlen_k: int, blo
     graph captured with a large max_seqlen_k replays well at any shorter length. A power of two.
     """
     target_programs = 2 * _multiprocessor_count(device)
-    usable = triton.cdiv(max(max_seqlen_k, 0), MIN_BLOCKS_PER_SPLIT * block_n)
-    splits = min(triton.cdiv(target_programs, max(programs, 1)), MAX_SPLITS, usable)
-    return triton.next_power_of_2(splits) if splits > 1 else 1
+    usable = _cdiv(max(max_seqlen_k, 0), MIN_BLOCKS_PER_SPLIT * block_n)
+    splits = min(_cdiv(target_programs, max(programs, 1)), MAX_SPLITS, usable)
+    return _next_power_of_2(splits) if splits > 1 else 1
 
 
 @functools.cache

@@ -28,6 +28,7 @@ by binary search; a sequence's last tiles (most keys under a causal mask) run fi
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -1119,7 +1120,7 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
 
     def descriptor(t: torch.Tensor, rows: int) -> GluonTensorDescriptor:
         flat_shape = [t.shape[0], t.shape[1] * head_dim]
-        layout = gl.NVMMASharedLayout.get_default_for([rows, head_dim], _GL_DTYPES[t.dtype])
+        layout = _smem_layout(rows, head_dim, t.dtype)
         return GluonTensorDescriptor(t, flat_shape, [t.stride(0), 1], [rows, head_dim], layout)
 
     page_rows = (0,) * 6
@@ -1131,7 +1132,7 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
         paged_tma = views[0] is not None and views[1] is not None
         if paged_tma:
             chunk = min(page_size, block_n)
-            layout = gl.NVMMASharedLayout.get_default_for([chunk, head_dim], _GL_DTYPES[k.dtype])
+            layout = _smem_layout(chunk, head_dim, k.dtype)
             k_desc, v_desc = (GluonTensorDescriptor(t, [rows, width], [row_stride, 1], [chunk, head_dim], layout)
                               for t, (rows, width, row_stride, _) in zip((k, v), views))  # fmt: skip
             page_rows = (*views[0][3], *views[1][3])
@@ -1143,7 +1144,7 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
             # [Hk * D, keys] in tiles [D, BLOCK_N]: keys contiguous, the K-major B operand of the fp8 P@V
             v_key_major = key_major_v(v)
             padded = v_key_major.shape[-1]
-            layout = gl.NVMMASharedLayout.get_default_for([head_dim, block_n], _GL_DTYPES[v.dtype])
+            layout = _smem_layout(head_dim, block_n, v.dtype)
             v_desc = GluonTensorDescriptor(v_key_major, [num_kv_heads * head_dim, padded], [padded, 1],
                                            [head_dim, block_n], layout)  # fmt: skip
         else:
@@ -1197,6 +1198,12 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
         Q_BUFS=2 if persistent_programs > 0 and head_dim <= 128 else 1,
     )
     return attention_fwd_hopper_kernel, grid, args, constexprs, {"num_warps": NUM_WARPS}
+
+
+@functools.lru_cache(maxsize=64)
+def _smem_layout(rows: int, cols: int, dtype: torch.dtype):
+    """The swizzled shared-memory layout of a [rows, cols] tile (cached: building one costs ~10 us of host time)."""
+    return gl.NVMMASharedLayout.get_default_for([rows, cols], _GL_DTYPES[dtype])
 
 
 def paged_tma_view(cache: torch.Tensor):
