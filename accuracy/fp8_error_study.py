@@ -4,7 +4,9 @@ Relative L2 error of the output against a float64 reference (`tritonfa.reference
 would hand the kernel) for
 
 - modes: `bf16` (baseline), `fp8kv` (bf16 q, fp8 K/V cache), `fp8qkv` (fp8 q, K and V), per-tensor scales
-  (descale = amax / fp8 max, the best a static per-layer scale can do);
+  (descale = amax / fp8 max, the best a static per-layer scale can do); `fp8kv_q8`: the fp8 K/V cache with the
+  kernel's opt-in `fp8_q_for_fp8_kv` (the bf16 q rounded to fp8 in the kernel with a power-of-two scale per row,
+  so QK is an fp8 dot), measured with P's power-of-two scale only;
 - P (softmax probabilities) handling, the `strategy`:
   `p16`        P kept in 16 bits (bf16 with a bf16 q, fp16 with an fp8 q), V upcast: no P quantization;
   `calibrated` (a) one fixed scale calibrated offline, as the seed (vLLM 0.9's Triton FAv2 with a checkpoint
@@ -62,12 +64,14 @@ class Mode:
     q_fp8: bool
     kv_fp8: bool
     label: str
+    q_row_fp8: bool = False  # a 16-bit q the kernel rounds to fp8 per row (config fp8_q_for_fp8_kv)
 
 
 MODES = {
     "bf16": Mode("bf16", False, False, "bf16 q/k/v"),
     "fp8kv": Mode("fp8kv", False, True, "fp8 KV, bf16 q"),
     "fp8qkv": Mode("fp8qkv", True, True, "fp8 q/k/v"),
+    "fp8kv_q8": Mode("fp8kv_q8", False, True, "fp8 KV, bf16 q to fp8 per row", q_row_fp8=True),
 }
 FP8_MODES = ("fp8kv", "fp8qkv")
 STRATEGIES = ("p16", "calibrated", "per_tile", "pow2", "unscaled")
@@ -80,12 +84,17 @@ STRATEGY_LABELS = {
     "unscaled": "unscaled (vLLM TRITON_ATTN, fp8 q)",
 }
 # (mode, strategy) pairs tritonfa's kernel computes: P is quantized with the power of two whenever V is fp8
-KERNEL_ROWS = (("bf16", "p16"), ("fp8kv", "pow2"), ("fp8qkv", "pow2"))
+KERNEL_ROWS = (("bf16", "p16"), ("fp8kv", "pow2"), ("fp8qkv", "pow2"), ("fp8kv_q8", "pow2"))
 
 
 def table_rows() -> list[tuple[str, str]]:
-    """Every (mode, strategy) the study measures: the bf16 baseline, then each fp8 mode x each P strategy."""
-    return [("bf16", "p16"), *((mode, strategy) for mode in FP8_MODES for strategy in STRATEGIES)]
+    """Every (mode, strategy) the study measures: the bf16 baseline, each fp8 mode x each P strategy, and the opt-in
+    per-row fp8 q with the kernel's P strategy."""
+    return [
+        ("bf16", "p16"),
+        *((mode, strategy) for mode in FP8_MODES for strategy in STRATEGIES),
+        ("fp8kv_q8", "pow2"),
+    ]
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -272,6 +281,18 @@ class Inputs:
     q_descale: torch.Tensor | None
     k_descale: torch.Tensor | None
     v_descale: torch.Tensor | None
+    kernel_q: torch.Tensor | None = None  # what the kernel gets instead of q (q is what the emulation computes with)
+    kernel_config: str | None = None  # TRITONFA_CONFIG for the kernel call
+
+
+def round_q_per_row(q: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """q as `fp8_q_for_fp8_kv` has the kernel see it: each (token, head) row divided by the power of two that brings
+    its largest |q| within the fp8 max, rounded to fp8, multiplied back (exact in q's 16-bit type)."""
+    amax = q.float().abs().amax(-1, keepdim=True)
+    scale = torch.where(
+        amax > 0, torch.exp2(torch.ceil(torch.log2(amax.clamp_min(1e-30) / torch.finfo(dtype).max))), 1.0
+    )
+    return (round_to(q.float() / scale, dtype) * scale).to(q.dtype)
 
 
 def mode_inputs(batch: Batch, mode: Mode, fp8: torch.dtype) -> Inputs:
@@ -282,6 +303,9 @@ def mode_inputs(batch: Batch, mode: Mode, fp8: torch.dtype) -> Inputs:
         v, v_descale = quantize_per_tensor(v, fp8)
     if mode.q_fp8:
         q, q_descale = quantize_per_tensor(q, fp8)
+    if mode.q_row_fp8:
+        config = json.dumps({"fp8_q_for_fp8_kv": True})
+        return Inputs(round_q_per_row(q, fp8), k, v, None, k_descale, v_descale, kernel_q=q, kernel_config=config)
     return Inputs(q, k, v, q_descale, k_descale, v_descale)
 
 
@@ -427,11 +451,21 @@ def kernel_output(batch: Batch, inputs: Inputs) -> torch.Tensor:
     """tritonfa's kernel on the mode's inputs (one KV split, as the emulation)."""
     from tritonfa import flash_attn_varlen_func
 
-    return flash_attn_varlen_func(
-        inputs.q, inputs.k, inputs.v, max(batch.seqlens_q), batch.cu_seqlens_q, max(batch.seqlens_k),
-        batch.cu_seqlens_k, causal=True, q_descale=inputs.q_descale, k_descale=inputs.k_descale,
-        v_descale=inputs.v_descale, num_splits=1,
-    )  # fmt: skip
+    previous = os.environ.get("TRITONFA_CONFIG")
+    if inputs.kernel_config is not None:
+        os.environ["TRITONFA_CONFIG"] = inputs.kernel_config
+    try:
+        return flash_attn_varlen_func(
+            inputs.kernel_q if inputs.kernel_q is not None else inputs.q, inputs.k, inputs.v, max(batch.seqlens_q),
+            batch.cu_seqlens_q, max(batch.seqlens_k), batch.cu_seqlens_k, causal=True, q_descale=inputs.q_descale,
+            k_descale=inputs.k_descale, v_descale=inputs.v_descale, num_splits=1,
+        )  # fmt: skip
+    finally:
+        if inputs.kernel_config is not None:
+            if previous is None:
+                del os.environ["TRITONFA_CONFIG"]
+            else:
+                os.environ["TRITONFA_CONFIG"] = previous
 
 
 @dataclasses.dataclass
