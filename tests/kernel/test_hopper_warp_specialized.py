@@ -268,7 +268,8 @@ def test_which_fp8_calls_take_the_warp_specialized_path(monkeypatch):
     fp8_kv = make_inputs([40], [40], num_heads=(8, 2), head_size=64, kv_dtype=fp8)
     assert _plan(fp8_kv) == [PORTABLE], "a 16-bit q meets fp8 K/V here only when it may be quantized"
     paged = make_inputs([40], [40], num_heads=(8, 2), head_size=64, dtype=fp8, kv_layout="paged")
-    assert _plan(paged) == [PORTABLE], "paged fp8 V has no key-major copy"
+    assert _plan(paged) == [WS], "paged fp8: the producer transposes V"
+    assert not _constexprs(paged, arch="hopper")["PAGED_TMA"]
     qkv = make_inputs([40], [40], num_heads=(8, 2), head_size=64, dtype=fp8)
     assert _plan(qkv, output_scale=torch.ones((), device=qkv.q.device)) == [PORTABLE], "fp8 output"
     monkeypatch.setenv("TRITONFA_CONFIG", _ws_fp8_config(fp8_q_for_fp8_kv=True))
@@ -330,6 +331,33 @@ def test_warp_specialized_fp8_prefill_matches_reference(monkeypatch, head_size, 
     descales = {name: fp8_descale(descale_kind, inputs.batch, inputs.num_kv_heads)
                 for name in ("q_descale", "k_descale", "v_descale")}  # fmt: skip
     check_low_precision(inputs, causal=causal, **descales)
+
+
+@pytest.mark.skipif(not (ON_HOPPER and attention_hopper.HAS_GLUON), reason="Gluon kernels run on a Hopper GPU only")
+@pytest.mark.parametrize("kv_layout", ["paged", "paged_kv_interleaved", "paged_heads_major"])
+@pytest.mark.parametrize("block_size", [16, 256])
+@pytest.mark.parametrize("head_size", [64, 128])
+def test_warp_specialized_paged_fp8_prefill_matches_reference(monkeypatch, kv_layout, block_size, head_size):
+    """vLLM's fp8 KV cache on the Gluon prefill: K gathered, V gathered and transposed by the producer warps (keys
+    reordered per group of 16), NaN in unused slots and spare blocks, a cached prefix, an empty sequence. Then a bf16
+    q that rounds to the same fp8 q (rows whose largest |q| is 3.0) must give the same bits with fp8_q_for_fp8_kv."""
+    monkeypatch.setenv("TRITONFA_CONFIG", _ws_fp8_config())
+    seqlens_q = [300, 129, scaled(17, 700), 0, 64]  # prefills only: every row comes from the Gluon launch
+    seqlens_k = [300, 1000, scaled(50, 900), 7, 64]
+    inputs = make_inputs(seqlens_q, seqlens_k, num_heads=(32, 8), head_size=head_size, dtype=torch.float8_e4m3fn,
+                         kv_layout=kv_layout, block_size=block_size)  # fmt: skip
+    q8 = (torch.randn(inputs.q.shape, device=DEVICE) * 64).clamp(-383, 383).to(torch.float8_e4m3fn)
+    q8[..., 0] = 384.0  # exact in e4m3: each row's largest |value|
+    inputs.q = q8
+    assert _plan(inputs)[0] == WS
+    descale = fp8_descale("per_head", inputs.batch, inputs.num_kv_heads)
+    q_descale = torch.full((), 2.0**-7, device=DEVICE)
+    out8 = check_low_precision(inputs, causal=True, q_descale=q_descale, k_descale=descale, v_descale=descale)
+    monkeypatch.setenv("TRITONFA_CONFIG", _ws_fp8_config(fp8_q_for_fp8_kv=True))
+    inputs.q = (q8.float() * 2.0**-7).to(torch.bfloat16)  # exact
+    assert _plan(inputs)[0] == WS and _constexprs(inputs)["QUANTIZE_Q"]
+    out = run_kernel(inputs, causal=True, k_descale=descale, v_descale=descale)
+    assert torch.equal(out, out8)
 
 
 @pytest.mark.skipif(not (ON_HOPPER and attention_hopper.HAS_GLUON), reason="Gluon kernels run on a Hopper GPU only")

@@ -216,6 +216,9 @@ def _hopper_prefill_specs() -> list[dict[str, Any]]:
                 for causal in (False, True)]  # fmt: skip
     choices += [(d, True, True, True, bf16, bf16, False, True, 0, tma, 132) for d in (64, 128, 256) for tma in (0, 1)]
     choices += [(128, True, True, False, bf16, fp8, True, True, 0, False, 132)]
+    # paged fp8 (V transposed by the gathering producer): fp8 q and a quantized q, D 64 and 128, persistent too
+    choices += [(d, True, True, True, fp8, fp8, False, True, 0, False, 0) for d in (64, 128)]
+    choices += [(128, True, True, True, bf16, fp8, True, True, 0, False, programs) for programs in (0, 132)]
     specs = []
     for (
         head_dim,

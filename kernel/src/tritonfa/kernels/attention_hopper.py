@@ -75,6 +75,10 @@ PRODUCER_REGS = gl.constexpr(24) if HAS_GLUON else 24
 CONSUMER_REGS_PAGED = gl.constexpr(224) if HAS_GLUON else 224
 PAGED_PRODUCER_REGS = gl.constexpr(64) if HAS_GLUON else 64
 PAGED_PRODUCER_WARPS = gl.constexpr(4) if HAS_GLUON else 4
+# fp8 with gathered pages: the consumers (O plus one block's P@V in fp32) spill below 232; the producer transposes
+# V with what is left (2 x 128 x 232 + 128 x 48 = 64 K registers)
+CONSUMER_REGS_FP8_GATHER = gl.constexpr(240) if HAS_GLUON else 240
+PRODUCER_REGS_FP8_GATHER = gl.constexpr(32) if HAS_GLUON else 32
 # a persistent TMA producer also finds each work item's sequence and bounds
 PERSISTENT_PRODUCER_REGS = gl.constexpr(56) if HAS_GLUON else 56
 
@@ -127,9 +131,9 @@ def supports(q, k, v, out, paged: bool, features: dict, fp8: bool = False, quant
     if not HAS_GLUON:
         return False
     if k.dtype == v.dtype == FP8_E4M3 and fp8:
-        # contiguous only (V's key-major copy); D <= 128: O and one block's P@V both live in registers
+        # D <= 128: O and one block's P@V both live in registers
         fp8_q = q.dtype == FP8_E4M3 or (quantize_q and q.dtype in SIXTEEN_BIT)
-        if not fp8_q or paged or q.shape[-1] > 128 or out.dtype not in SIXTEEN_BIT:
+        if not fp8_q or q.shape[-1] > 128 or out.dtype not in SIXTEEN_BIT:
             return False
         if any(on for name, on in features.items() if name != "descale"):
             return False
@@ -149,8 +153,8 @@ def supports(q, k, v, out, paged: bool, features: dict, fp8: bool = False, quant
         return False
     for t in (k, v):
         if paged:
-            page = t.shape[1]
-            if t.stride(3) != 1 or any(t.stride(i) % 8 for i in range(3)) or page < 16 or page & (page - 1):
+            page, vec = t.shape[1], 16 // t.element_size()  # elements per 16-byte copy
+            if t.stride(3) != 1 or any(t.stride(i) % vec for i in range(3)) or page < 16 or page & (page - 1):
                 return False
         elif t.stride(2) != 1 or t.stride(1) != head_dim or (t.stride(0) * t.element_size()) % 16:
             return False
@@ -229,7 +233,8 @@ if HAS_GLUON:
         return not skip, seq, seq_q_start, seq_q_len, q_tile_start, seq_k_start, seq_k_len, num_blocks, key_shift
 
     @gluon.jit
-    def _producer(q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_ready, k_ready, v_ready, kv_empty, q_row, q_col,
+    def _producer(q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, v_stage, q_ready, k_ready, v_ready, kv_empty, q_row,
+                  q_col,
                   seq_k_start, k_ptr, v_ptr, block_table_ptr, seq, stride_bt_seq, num_cache_blocks, max_blocks,
                   seq_k_len, kv_head, stride_k_blk, stride_k_slot, stride_k_head, stride_v_blk, stride_v_slot,
                   stride_v_head, k_rows_per_block, k_rows_per_head, k_cols_per_head, v_rows_per_block,
@@ -243,10 +248,10 @@ if HAS_GLUON:
                                kv_head, k_rows_per_block, k_rows_per_head, k_cols_per_head, v_rows_per_block,
                                v_rows_per_head, v_cols_per_head, num_blocks, it0, PAGE_SIZE)  # fmt: skip
         elif PAGED:
-            _produce_paged(q_desc, q_smem, k_bufs, v_bufs, q_ready, k_ready, v_ready, kv_empty, q_row, q_col, k_ptr,
-                           v_ptr, block_table_ptr, seq, stride_bt_seq, num_cache_blocks, max_blocks, seq_k_len,
+            _produce_paged(q_desc, q_smem, k_bufs, v_bufs, v_stage, q_ready, k_ready, v_ready, kv_empty, q_row, q_col,
+                           k_ptr, v_ptr, block_table_ptr, seq, stride_bt_seq, num_cache_blocks, max_blocks, seq_k_len,
                            kv_head, stride_k_blk, stride_k_slot, stride_k_head, stride_v_blk, stride_v_slot,
-                           stride_v_head, num_blocks, it0, PAGE_SIZE)  # fmt: skip
+                           stride_v_head, num_blocks, it0, PAGE_SIZE, FP8, QUANTIZE_Q)  # fmt: skip
         else:
             _produce_tma(q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_ready, k_ready, v_ready, kv_empty, q_row,
                          q_col, seq_k_start, kv_head * HEAD_DIM, num_blocks, it0, FP8, QUANTIZE_Q)  # fmt: skip
@@ -322,20 +327,26 @@ if HAS_GLUON:
         return gl.minimum(gl.maximum(block_id, 0), num_cache_blocks - 1).to(gl.int64)
 
     @gluon.jit
-    def _produce_paged(q_desc, q_smem, k_bufs, v_bufs, q_ready, k_ready, v_ready, kv_empty, q_row, q_col,
+    def _produce_paged(q_desc, q_smem, k_bufs, v_bufs, v_stage, q_ready, k_ready, v_ready, kv_empty, q_row, q_col,
                        k_ptr, v_ptr, block_table_ptr, seq, stride_bt_seq, num_cache_blocks, max_blocks, seq_k_len,
                        kv_head, stride_k_blk, stride_k_slot, stride_k_head, stride_v_blk, stride_v_slot,
-                       stride_v_head, num_blocks, it0, PAGE_SIZE: gl.constexpr):  # fmt: skip
+                       stride_v_head, num_blocks, it0, PAGE_SIZE: gl.constexpr, FP8: gl.constexpr,
+                       QUANTIZE_Q: gl.constexpr):  # fmt: skip
         # Paged K/V: each page's rows gathered with 16-byte cp.async into the swizzled slot; every producer thread
         # arrives on the ready barrier once its copies land. Keys past the sequence are zero-filled.
+        # FP8: V rows land in v_stage [BLOCK_N, D] and the producer warps transpose them into the key-major slot
+        # [D, BLOCK_N] (keys in FP8_KEY_ORDER per group of 16, as _to_p orders P), the fp8 P@V's K-major operand.
         STAGES: gl.constexpr = k_bufs.type.shape[0]
         BLOCK_N: gl.constexpr = k_bufs.type.shape[1]
         HEAD_DIM: gl.constexpr = k_bufs.type.shape[2]
         CHUNK: gl.constexpr = PAGE_SIZE if PAGE_SIZE < BLOCK_N else BLOCK_N  # rows that share one block id
         WARPS: gl.constexpr = gl.num_warps()
-        layout: gl.constexpr = gl.BlockedLayout([1, 8], [32 // (HEAD_DIM // 8), HEAD_DIM // 8], [WARPS, 1], [1, 0])
-        mbarrier.expect(q_ready, q_desc.block_type.nbytes)
-        _tma_load(q_desc, [q_row, q_col], q_ready, q_smem)
+        VEC: gl.constexpr = 128 // k_bufs.dtype.primitive_bitwidth  # 16-byte copies
+        layout: gl.constexpr = gl.BlockedLayout([1, VEC], [32 // (HEAD_DIM // VEC), HEAD_DIM // VEC], [WARPS, 1],
+                                                [1, 0])  # fmt: skip
+        if not QUANTIZE_Q:
+            mbarrier.expect(q_ready, q_desc.block_type.nbytes)
+            _tma_load(q_desc, [q_row, q_col], q_ready, q_smem)
         o_row = gl.arange(0, CHUNK, layout=gl.SliceLayout(1, layout))
         o_d = gl.expand_dims(gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, layout)), 0)
         table_row = block_table_ptr + seq.to(gl.int64) * stride_bt_seq
@@ -358,8 +369,23 @@ if HAS_GLUON:
                 block_id = _page_block_id(table_row, key0 // PAGE_SIZE, max_blocks, num_cache_blocks)
                 valid = gl.expand_dims(key0 + o_row < seq_k_len, 1)
                 p_v = v_head + (block_id * stride_v_blk + (key0 % PAGE_SIZE) * stride_v_slot) + v_rows
-                _cp_async_load(v_bufs.index(s).slice(c * CHUNK, CHUNK), p_v, mask=valid)
-            async_copy.mbarrier_arrive(v_ready.index(s), increment_count=False)
+                if FP8:
+                    _cp_async_load(v_stage.slice(c * CHUNK, CHUNK), p_v, mask=valid)
+                else:
+                    _cp_async_load(v_bufs.index(s).slice(c * CHUNK, CHUNK), p_v, mask=valid)
+            if FP8:
+                async_copy.commit_group()
+                async_copy.wait_group(0)
+                _thread_barrier()  # every producer warp's rows have landed
+                b_v = v_stage.load(layout)  # [BN, D], key k = 16 g + 8 b + 2 a + c as (g, b, a, c)
+                b_v = gl.reshape(b_v, [BLOCK_N // 16, 2, 4, 2, HEAD_DIM])
+                b_v = gl.reshape(gl.permute(b_v, [0, 2, 1, 3, 4]), [BLOCK_N, HEAD_DIM])  # row 16 g + 4 a + 2 b + c
+                v_bufs.index(s).store(gl.permute(b_v, [1, 0]))
+                fence_async_shared()  # the generic-proxy stores before the consumers' wgmma reads
+                _thread_barrier()  # every warp is done reading v_stage before the next block's copies fill it
+                mbarrier.arrive(v_ready.index(s), count=1)
+            else:
+                async_copy.mbarrier_arrive(v_ready.index(s), increment_count=False)
 
     @gluon.jit
     def _wait_turn(turns, round, WG: gl.constexpr, PINGPONG: gl.constexpr):
@@ -717,8 +743,8 @@ if HAS_GLUON:
         return n_tile_slots - 1 - work // num_q_heads, work % num_q_heads
 
     @gluon.jit
-    def _producer_persistent(q_desc, k_desc, v_desc, q_bufs, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready,
-                             kv_empty, k_ptr, v_ptr, cu_seqlens_q_ptr, cu_seqlens_k_ptr, seqused_k_ptr,
+    def _producer_persistent(q_desc, k_desc, v_desc, q_bufs, k_bufs, v_bufs, v_stage, q_ready, q_empty, k_ready,
+                             v_ready, kv_empty, k_ptr, v_ptr, cu_seqlens_q_ptr, cu_seqlens_k_ptr, seqused_k_ptr,
                              block_table_ptr, num_seqs, total_q, total_k, num_cache_blocks, max_blocks, stride_bt_seq,
                              stride_k_blk, stride_k_slot, stride_k_head, stride_v_blk, stride_v_slot, stride_v_head,
                              k_rows_per_block, k_rows_per_head, k_cols_per_head, v_rows_per_block, v_rows_per_head,
@@ -745,7 +771,7 @@ if HAS_GLUON:
                 qb = items % Q_BUFS
                 if not QUANTIZE_Q:
                     mbarrier.wait(q_empty.index(qb), ((items // Q_BUFS) & 1) ^ 1)
-                _producer(q_desc, k_desc, v_desc, q_bufs.index(qb), k_bufs, v_bufs, q_ready.index(qb), k_ready,
+                _producer(q_desc, k_desc, v_desc, q_bufs.index(qb), k_bufs, v_bufs, v_stage, q_ready.index(qb), k_ready,
                           v_ready, kv_empty, seq_q_start + q_tile_start, q_head * HEAD_DIM, seq_k_start - key_shift,
                           k_ptr, v_ptr, block_table_ptr, seq, stride_bt_seq, num_cache_blocks, max_blocks, seq_k_len,
                           q_head // GROUP, stride_k_blk, stride_k_slot, stride_k_head, stride_v_blk, stride_v_slot,
@@ -918,8 +944,12 @@ if HAS_GLUON:
         ZERO_TAIL: gl.constexpr = not GATHER  # cp.async gathers zero-fill keys past the sequence themselves
         # a TMA producer is one warp issuing copies; a gathering one computes addresses (4 warps)
         PRODUCER_WARPS: gl.constexpr = PAGED_PRODUCER_WARPS if GATHER else 1
-        WORKER_REGS: gl.constexpr = CONSUMER_REGS_PAGED if GATHER else CONSUMER_REGS
-        PRODUCER_REGS_: gl.constexpr = PAGED_PRODUCER_REGS if GATHER else PRODUCER_REGS
+        WORKER_REGS: gl.constexpr = (
+            (CONSUMER_REGS_FP8_GATHER if FP8 else CONSUMER_REGS_PAGED) if GATHER else CONSUMER_REGS
+        )
+        PRODUCER_REGS_: gl.constexpr = (
+            (PRODUCER_REGS_FP8_GATHER if FP8 else PAGED_PRODUCER_REGS) if GATHER else PRODUCER_REGS
+        )
         HALF: gl.constexpr = BLOCK_M // 2
         FIRST: gl.constexpr = 0
         if PERSISTENT:
@@ -929,6 +959,10 @@ if HAS_GLUON:
                 v_bufs = gl.allocate_shared_memory(v_desc.dtype, [STAGES, HEAD_DIM, BLOCK_N], v_desc.layout)
             else:
                 v_bufs = gl.allocate_shared_memory(v_desc.dtype, [STAGES, BLOCK_N, HEAD_DIM], v_desc.layout)
+            if FP8 and GATHER:  # gathered fp8 V rows wait here for the producer's transpose
+                v_stage = gl.allocate_shared_memory(k_desc.dtype, [BLOCK_N, HEAD_DIM], k_desc.layout)
+            else:
+                v_stage = q_bufs  # unused
             q_ready = gl.allocate_shared_memory(gl.int64, [Q_BUFS, 1], mbarrier.MBarrierLayout())
             q_empty = gl.allocate_shared_memory(gl.int64, [Q_BUFS, 1], mbarrier.MBarrierLayout())
             k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
@@ -965,7 +999,8 @@ if HAS_GLUON:
                         PAGED, PAGE_SIZE, HAS_SEQUSED, SEQ_FILTER, DECODE_MAX_Q, FP8, P_SCALE_LOG2, TWO_LEVEL,
                         QUANTIZE_Q, Q_MAX, HAS_Q_DESCALE, HAS_K_DESCALE, HAS_V_DESCALE, num_warps)),
                     (_producer_persistent, (
-                        q_desc, k_desc, v_desc, q_bufs, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, kv_empty,
+                        q_desc, k_desc, v_desc, q_bufs, k_bufs, v_bufs, v_stage, q_ready, q_empty, k_ready, v_ready,
+                        kv_empty,
                         k_ptr, v_ptr, cu_seqlens_q_ptr, cu_seqlens_k_ptr, seqused_k_ptr, block_table_ptr, num_seqs,
                         total_q, total_k, num_cache_blocks, max_blocks, stride_bt_seq, stride_k_blk, stride_k_slot,
                         stride_k_head, stride_v_blk, stride_v_slot, stride_v_head, k_rows_per_block,
@@ -1028,6 +1063,11 @@ if HAS_GLUON:
                     v_bufs = gl.allocate_shared_memory(v_desc.dtype, [STAGES, HEAD_DIM, BLOCK_N], v_desc.layout)
                 else:
                     v_bufs = gl.allocate_shared_memory(v_desc.dtype, [STAGES, BLOCK_N, HEAD_DIM], v_desc.layout)
+                GATHER: gl.constexpr = PAGED and not PAGED_TMA
+                if FP8 and GATHER:  # gathered fp8 V rows wait here for the producer's transpose
+                    v_stage = gl.allocate_shared_memory(k_desc.dtype, [BLOCK_N, HEAD_DIM], k_desc.layout)
+                else:
+                    v_stage = q_smem  # unused
                 q_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
                 k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
                 v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
@@ -1037,7 +1077,6 @@ if HAS_GLUON:
                 mbarrier.init(turns.index(1), count=1)
                 mbarrier.init(q_ready, count=1)
                 # TMA: one expect-tx arrival per slot; cp.async gathers: every producer thread's arrival
-                GATHER: gl.constexpr = PAGED and not PAGED_TMA
                 READY_COUNT: gl.constexpr = 32 * PAGED_PRODUCER_WARPS if GATHER else 1
                 for i in gl.static_range(STAGES):
                     mbarrier.init(k_ready.index(i), count=READY_COUNT)
@@ -1052,8 +1091,12 @@ if HAS_GLUON:
                 ZERO_TAIL: gl.constexpr = not GATHER  # cp.async gathers zero-fill keys past the sequence themselves
                 # a TMA producer is one warp issuing copies; a gathering one computes addresses (4 warps)
                 PRODUCER_WARPS: gl.constexpr = PAGED_PRODUCER_WARPS if GATHER else 1
-                WORKER_REGS: gl.constexpr = CONSUMER_REGS_PAGED if GATHER else CONSUMER_REGS
-                PRODUCER_REGS_: gl.constexpr = PAGED_PRODUCER_REGS if GATHER else PRODUCER_REGS
+                WORKER_REGS: gl.constexpr = (
+                    (CONSUMER_REGS_FP8_GATHER if FP8 else CONSUMER_REGS_PAGED) if GATHER else CONSUMER_REGS
+                )
+                PRODUCER_REGS_: gl.constexpr = (
+                    (PRODUCER_REGS_FP8_GATHER if FP8 else PAGED_PRODUCER_REGS) if GATHER else PRODUCER_REGS
+                )
                 gl.warp_specialize(
                     [
                         (_consumer_default, (q_smem, k_bufs, v_bufs, q_ready, k_ready, v_ready, kv_empty, turns,
@@ -1068,7 +1111,7 @@ if HAS_GLUON:
                                      stride_o_tok, stride_o_head, stride_lse_head, HALF, HALF, CAUSAL, PINGPONG,
                                      RETURN_LSE, ZERO_TAIL, FP8, P_SCALE_LOG2, TWO_LEVEL, QUANTIZE_Q, Q_MAX,
                                      num_warps)),
-                        (_producer, (q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_ready, k_ready, v_ready,
+                        (_producer, (q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, v_stage, q_ready, k_ready, v_ready,
                                      kv_empty, seq_q_start + q_tile_start, q_head * HEAD_DIM, seq_k_start - key_shift,
                                      k_ptr, v_ptr, block_table_ptr, seq, stride_bt_seq, num_cache_blocks, max_blocks,
                                      seq_k_len, kv_head, stride_k_blk, stride_k_slot, stride_k_head, stride_v_blk,
@@ -1128,7 +1171,8 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
         page_size, num_cache_blocks, max_blocks = k.shape[1], k.shape[0], block_table.shape[1]
         kv_strides = (k.stride(0), k.stride(1), k.stride(2), v.stride(0), v.stride(1), v.stride(2))
         total_k = 0
-        views = (paged_tma_view(k), paged_tma_view(v)) if paged_tma else (None, None)
+        # fp8 V is transposed by the gathering producer: no TMA boxes for fp8 pages
+        views = (paged_tma_view(k), paged_tma_view(v)) if paged_tma and not fp8 else (None, None)
         paged_tma = views[0] is not None and views[1] is not None
         if paged_tma:
             chunk = min(page_size, block_n)
@@ -1136,6 +1180,9 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
             k_desc, v_desc = (GluonTensorDescriptor(t, [rows, width], [row_stride, 1], [chunk, head_dim], layout)
                               for t, (rows, width, row_stride, _) in zip((k, v), views))  # fmt: skip
             page_rows = (*views[0][3], *views[1][3])
+        elif fp8:  # for the slots' shape and swizzle only: K gathered, V gathered and transposed to [D, BLOCK_N]
+            k_desc = _layout_descriptor(block_n, head_dim, k.dtype, q.device)
+            v_desc = _layout_descriptor(head_dim, block_n, v.dtype, q.device)
         else:
             k_desc = v_desc = descriptor(q, block_n)  # for the slots' shape and swizzle only: K/V are gathered
     else:
@@ -1152,8 +1199,8 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
         kv_strides = (0,) * 6
         page_size, num_cache_blocks, max_blocks = 1, 1, 1
         total_k = k.shape[0]
-    # QUANTIZE_Q: the consumers load q themselves; the descriptor (of k, never loaded) only gives q's fp8 tiles
-    q_desc = descriptor(k, BLOCK_M) if quantize_q else descriptor(q, BLOCK_M)
+    # QUANTIZE_Q: the consumers load q themselves; the descriptor (never loaded) only gives q's fp8 tiles
+    q_desc = _layout_descriptor(BLOCK_M, head_dim, k.dtype, q.device) if quantize_q else descriptor(q, BLOCK_M)
     n_tile_slots = total_q // BLOCK_M + num_seqs
     if persistent_programs > 0:
         grid: tuple[int, ...] = (max(1, min(persistent_programs, num_q_heads * n_tile_slots)),)
@@ -1204,6 +1251,14 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
 def _smem_layout(rows: int, cols: int, dtype: torch.dtype):
     """The swizzled shared-memory layout of a [rows, cols] tile (cached: building one costs ~10 us of host time)."""
     return gl.NVMMASharedLayout.get_default_for([rows, cols], _GL_DTYPES[dtype])
+
+
+@functools.lru_cache(maxsize=64)
+def _layout_descriptor(rows: int, cols: int, dtype: torch.dtype, device: torch.device):
+    """A descriptor over a small tile of its own, for kernels that take only its block shape, dtype and layout
+    (slots filled by gathers, a q quantized in the kernel): never loaded through."""
+    tile = torch.empty((rows, cols), dtype=dtype, device=device)
+    return GluonTensorDescriptor(tile, [rows, cols], [cols, 1], [rows, cols], _smem_layout(rows, cols, dtype))
 
 
 def paged_tma_view(cache: torch.Tensor):
