@@ -247,11 +247,16 @@ if HAS_GLUON:
                                q_row, q_col, block_table_ptr, seq, stride_bt_seq, num_cache_blocks, max_blocks,
                                kv_head, k_rows_per_block, k_rows_per_head, k_cols_per_head, v_rows_per_block,
                                v_rows_per_head, v_cols_per_head, num_blocks, it0, PAGE_SIZE)  # fmt: skip
+        elif PAGED and FP8:
+            _produce_paged_fp8(q_desc, q_smem, k_bufs, v_bufs, v_stage, q_ready, k_ready, v_ready, kv_empty, q_row,
+                               q_col, k_ptr, v_ptr, block_table_ptr, seq, stride_bt_seq, num_cache_blocks, max_blocks,
+                               seq_k_len, kv_head, stride_k_blk, stride_k_slot, stride_k_head, stride_v_blk,
+                               stride_v_slot, stride_v_head, num_blocks, it0, PAGE_SIZE, QUANTIZE_Q)  # fmt: skip
         elif PAGED:
-            _produce_paged(q_desc, q_smem, k_bufs, v_bufs, v_stage, q_ready, k_ready, v_ready, kv_empty, q_row, q_col,
-                           k_ptr, v_ptr, block_table_ptr, seq, stride_bt_seq, num_cache_blocks, max_blocks, seq_k_len,
+            _produce_paged(q_desc, q_smem, k_bufs, v_bufs, q_ready, k_ready, v_ready, kv_empty, q_row, q_col, k_ptr,
+                           v_ptr, block_table_ptr, seq, stride_bt_seq, num_cache_blocks, max_blocks, seq_k_len,
                            kv_head, stride_k_blk, stride_k_slot, stride_k_head, stride_v_blk, stride_v_slot,
-                           stride_v_head, num_blocks, it0, PAGE_SIZE, FP8, QUANTIZE_Q)  # fmt: skip
+                           stride_v_head, num_blocks, it0, PAGE_SIZE)  # fmt: skip
         else:
             _produce_tma(q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_ready, k_ready, v_ready, kv_empty, q_row,
                          q_col, seq_k_start, kv_head * HEAD_DIM, num_blocks, it0, FP8, QUANTIZE_Q)  # fmt: skip
@@ -327,26 +332,20 @@ if HAS_GLUON:
         return gl.minimum(gl.maximum(block_id, 0), num_cache_blocks - 1).to(gl.int64)
 
     @gluon.jit
-    def _produce_paged(q_desc, q_smem, k_bufs, v_bufs, v_stage, q_ready, k_ready, v_ready, kv_empty, q_row, q_col,
+    def _produce_paged(q_desc, q_smem, k_bufs, v_bufs, q_ready, k_ready, v_ready, kv_empty, q_row, q_col,
                        k_ptr, v_ptr, block_table_ptr, seq, stride_bt_seq, num_cache_blocks, max_blocks, seq_k_len,
                        kv_head, stride_k_blk, stride_k_slot, stride_k_head, stride_v_blk, stride_v_slot,
-                       stride_v_head, num_blocks, it0, PAGE_SIZE: gl.constexpr, FP8: gl.constexpr,
-                       QUANTIZE_Q: gl.constexpr):  # fmt: skip
+                       stride_v_head, num_blocks, it0, PAGE_SIZE: gl.constexpr):  # fmt: skip
         # Paged K/V: each page's rows gathered with 16-byte cp.async into the swizzled slot; every producer thread
         # arrives on the ready barrier once its copies land. Keys past the sequence are zero-filled.
-        # FP8: V rows land in v_stage [BLOCK_N, D] and the producer warps transpose them into the key-major slot
-        # [D, BLOCK_N] (keys in FP8_KEY_ORDER per group of 16, as _to_p orders P), the fp8 P@V's K-major operand.
         STAGES: gl.constexpr = k_bufs.type.shape[0]
         BLOCK_N: gl.constexpr = k_bufs.type.shape[1]
         HEAD_DIM: gl.constexpr = k_bufs.type.shape[2]
         CHUNK: gl.constexpr = PAGE_SIZE if PAGE_SIZE < BLOCK_N else BLOCK_N  # rows that share one block id
         WARPS: gl.constexpr = gl.num_warps()
-        VEC: gl.constexpr = 128 // k_bufs.dtype.primitive_bitwidth  # 16-byte copies
-        layout: gl.constexpr = gl.BlockedLayout([1, VEC], [32 // (HEAD_DIM // VEC), HEAD_DIM // VEC], [WARPS, 1],
-                                                [1, 0])  # fmt: skip
-        if not QUANTIZE_Q:
-            mbarrier.expect(q_ready, q_desc.block_type.nbytes)
-            _tma_load(q_desc, [q_row, q_col], q_ready, q_smem)
+        layout: gl.constexpr = gl.BlockedLayout([1, 8], [32 // (HEAD_DIM // 8), HEAD_DIM // 8], [WARPS, 1], [1, 0])
+        mbarrier.expect(q_ready, q_desc.block_type.nbytes)
+        _tma_load(q_desc, [q_row, q_col], q_ready, q_smem)
         o_row = gl.arange(0, CHUNK, layout=gl.SliceLayout(1, layout))
         o_d = gl.expand_dims(gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, layout)), 0)
         table_row = block_table_ptr + seq.to(gl.int64) * stride_bt_seq
@@ -369,23 +368,78 @@ if HAS_GLUON:
                 block_id = _page_block_id(table_row, key0 // PAGE_SIZE, max_blocks, num_cache_blocks)
                 valid = gl.expand_dims(key0 + o_row < seq_k_len, 1)
                 p_v = v_head + (block_id * stride_v_blk + (key0 % PAGE_SIZE) * stride_v_slot) + v_rows
-                if FP8:
-                    _cp_async_load(v_stage.slice(c * CHUNK, CHUNK), p_v, mask=valid)
-                else:
-                    _cp_async_load(v_bufs.index(s).slice(c * CHUNK, CHUNK), p_v, mask=valid)
-            if FP8:
-                async_copy.commit_group()
-                async_copy.wait_group(0)
-                _thread_barrier()  # every producer warp's rows have landed
-                b_v = v_stage.load(layout)  # [BN, D], key k = 16 g + 8 b + 2 a + c as (g, b, a, c)
-                b_v = gl.reshape(b_v, [BLOCK_N // 16, 2, 4, 2, HEAD_DIM])
-                b_v = gl.reshape(gl.permute(b_v, [0, 2, 1, 3, 4]), [BLOCK_N, HEAD_DIM])  # row 16 g + 4 a + 2 b + c
-                v_bufs.index(s).store(gl.permute(b_v, [1, 0]))
-                fence_async_shared()  # the generic-proxy stores before the consumers' wgmma reads
-                _thread_barrier()  # every warp is done reading v_stage before the next block's copies fill it
-                mbarrier.arrive(v_ready.index(s), count=1)
+                _cp_async_load(v_bufs.index(s).slice(c * CHUNK, CHUNK), p_v, mask=valid)
+            async_copy.mbarrier_arrive(v_ready.index(s), increment_count=False)
+
+    @gluon.jit
+    def _gather_block_fp8(j, it0, k_bufs, v_stage, k_ready, kv_empty, k_head, v_head, k_rows, v_rows, o_row, table_row,
+                          seq_k_len, max_blocks, num_cache_blocks, stride_k_blk, stride_k_slot, stride_v_blk,
+                          stride_v_slot, PAGE_SIZE: gl.constexpr):  # fmt: skip
+        # Block j's K rows into its ring slot (k_ready once they land) and its V rows into staging tile j % 2, as
+        # one cp.async group; keys past the sequence zero-filled
+        STAGES: gl.constexpr = k_bufs.type.shape[0]
+        BLOCK_N: gl.constexpr = k_bufs.type.shape[1]
+        CHUNK: gl.constexpr = PAGE_SIZE if PAGE_SIZE < BLOCK_N else BLOCK_N
+        s = (it0 + j) % STAGES
+        mbarrier.wait(kv_empty.index(s), (((it0 + j) // STAGES) & 1) ^ 1)
+        for c in gl.static_range(BLOCK_N // CHUNK):
+            key0 = j * BLOCK_N + c * CHUNK
+            block_id = _page_block_id(table_row, key0 // PAGE_SIZE, max_blocks, num_cache_blocks)
+            valid = gl.expand_dims(key0 + o_row < seq_k_len, 1)
+            p_k = k_head + (block_id * stride_k_blk + (key0 % PAGE_SIZE) * stride_k_slot) + k_rows
+            _cp_async_load(k_bufs.index(s).slice(c * CHUNK, CHUNK), p_k, mask=valid)
+            p_v = v_head + (block_id * stride_v_blk + (key0 % PAGE_SIZE) * stride_v_slot) + v_rows
+            _cp_async_load(v_stage.index(j % 2).slice(c * CHUNK, CHUNK), p_v, mask=valid)
+        async_copy.mbarrier_arrive(k_ready.index(s), increment_count=False)
+        async_copy.commit_group()
+
+    @gluon.jit
+    def _produce_paged_fp8(q_desc, q_smem, k_bufs, v_bufs, v_stage, q_ready, k_ready, v_ready, kv_empty, q_row, q_col,
+                           k_ptr, v_ptr, block_table_ptr, seq, stride_bt_seq, num_cache_blocks, max_blocks,
+                           seq_k_len, kv_head, stride_k_blk, stride_k_slot, stride_k_head, stride_v_blk,
+                           stride_v_slot, stride_v_head, num_blocks, it0, PAGE_SIZE: gl.constexpr,
+                           QUANTIZE_Q: gl.constexpr):  # fmt: skip
+        # Paged fp8 K/V: gathered as _produce_paged does, V into two staging tiles [BLOCK_N, D] that the producer
+        # warps transpose into the key-major slot [D, BLOCK_N] (keys in FP8_KEY_ORDER per group of 16, as _to_p
+        # orders P: the fp8 P@V's K-major operand). Block j + 1's copies are in flight while block j is transposed.
+        STAGES: gl.constexpr = k_bufs.type.shape[0]
+        BLOCK_N: gl.constexpr = k_bufs.type.shape[1]
+        HEAD_DIM: gl.constexpr = k_bufs.type.shape[2]
+        CHUNK: gl.constexpr = PAGE_SIZE if PAGE_SIZE < BLOCK_N else BLOCK_N
+        WARPS: gl.constexpr = gl.num_warps()
+        VEC: gl.constexpr = 16  # fp8 values per 16-byte copy
+        layout: gl.constexpr = gl.BlockedLayout([1, VEC], [32 // (HEAD_DIM // VEC), HEAD_DIM // VEC], [WARPS, 1],
+                                                [1, 0])  # fmt: skip
+        if not QUANTIZE_Q:
+            mbarrier.expect(q_ready, q_desc.block_type.nbytes)
+            _tma_load(q_desc, [q_row, q_col], q_ready, q_smem)
+        o_row = gl.arange(0, CHUNK, layout=gl.SliceLayout(1, layout))
+        o_d = gl.expand_dims(gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, layout)), 0)
+        table_row = block_table_ptr + seq.to(gl.int64) * stride_bt_seq
+        k_head = k_ptr + kv_head * stride_k_head
+        v_head = v_ptr + kv_head * stride_v_head
+        k_rows = gl.expand_dims(o_row, 1) * stride_k_slot + o_d  # [CHUNK, D] offsets within one page's chunk
+        v_rows = gl.expand_dims(o_row, 1) * stride_v_slot + o_d
+        _gather_block_fp8(0, it0, k_bufs, v_stage, k_ready, kv_empty, k_head, v_head, k_rows, v_rows, o_row, table_row,
+                          seq_k_len, max_blocks, num_cache_blocks, stride_k_blk, stride_k_slot, stride_v_blk,
+                          stride_v_slot, PAGE_SIZE)  # fmt: skip
+        for j in range(num_blocks):
+            s = (it0 + j) % STAGES
+            if j + 1 < num_blocks:
+                _gather_block_fp8(j + 1, it0, k_bufs, v_stage, k_ready, kv_empty, k_head, v_head, k_rows, v_rows,
+                                  o_row, table_row, seq_k_len, max_blocks, num_cache_blocks, stride_k_blk,
+                                  stride_k_slot, stride_v_blk, stride_v_slot, PAGE_SIZE)  # fmt: skip
+                async_copy.wait_group(1)  # block j's copies have landed (j + 1's may still fly)
             else:
-                async_copy.mbarrier_arrive(v_ready.index(s), increment_count=False)
+                async_copy.wait_group(0)
+            _thread_barrier()  # every producer warp's rows of block j
+            b_v = v_stage.index(j % 2).load(layout)  # [BN, D], key 16 g + 8 b + 2 a + c as (g, b, a, c)
+            b_v = gl.reshape(b_v, [BLOCK_N // 16, 2, 4, 2, HEAD_DIM])
+            b_v = gl.reshape(gl.permute(b_v, [0, 2, 1, 3, 4]), [BLOCK_N, HEAD_DIM])  # row 16 g + 4 a + 2 b + c
+            v_bufs.index(s).store(gl.permute(b_v, [1, 0]))
+            fence_async_shared()  # the generic-proxy stores before the consumers' wgmma reads
+            _thread_barrier()  # every warp is done with staging tile j % 2 before block j + 2's copies fill it
+            mbarrier.arrive(v_ready.index(s), count=1)
 
     @gluon.jit
     def _wait_turn(turns, round, WG: gl.constexpr, PINGPONG: gl.constexpr):
@@ -960,7 +1014,7 @@ if HAS_GLUON:
             else:
                 v_bufs = gl.allocate_shared_memory(v_desc.dtype, [STAGES, BLOCK_N, HEAD_DIM], v_desc.layout)
             if FP8 and GATHER:  # gathered fp8 V rows wait here for the producer's transpose
-                v_stage = gl.allocate_shared_memory(k_desc.dtype, [BLOCK_N, HEAD_DIM], k_desc.layout)
+                v_stage = gl.allocate_shared_memory(k_desc.dtype, [2, BLOCK_N, HEAD_DIM], k_desc.layout)
             else:
                 v_stage = q_bufs  # unused
             q_ready = gl.allocate_shared_memory(gl.int64, [Q_BUFS, 1], mbarrier.MBarrierLayout())
@@ -1065,7 +1119,7 @@ if HAS_GLUON:
                     v_bufs = gl.allocate_shared_memory(v_desc.dtype, [STAGES, BLOCK_N, HEAD_DIM], v_desc.layout)
                 GATHER: gl.constexpr = PAGED and not PAGED_TMA
                 if FP8 and GATHER:  # gathered fp8 V rows wait here for the producer's transpose
-                    v_stage = gl.allocate_shared_memory(k_desc.dtype, [BLOCK_N, HEAD_DIM], k_desc.layout)
+                    v_stage = gl.allocate_shared_memory(k_desc.dtype, [2, BLOCK_N, HEAD_DIM], k_desc.layout)
                 else:
                     v_stage = q_smem  # unused
                 q_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
