@@ -1,16 +1,18 @@
 """Hopper fast path: warp-specialized prefill in Gluon (TMA producer warp, async wgmma consumers).
 
 Scope: contiguous (varlen) or paged K/V, 16-bit q/k/v of one dtype, head size 64/128/256 (equal for K and V),
-causal or no mask, GQA, optional lse; with config `ws_fp8`, also contiguous fp8 (e4m3) K/V with an fp8 q or a
-16-bit q quantized here (config `fp8_q_for_fp8_kv`), D <= 128, with descales. Everything else (windows, softcap,
-ALiBi, bias, sinks, decode tiles, paged fp8) stays on the portable kernel in `attention.py`, which is also this
+causal or no mask, GQA, optional lse; with config `ws_fp8`, also fp8 (e4m3) K/V, contiguous or paged, with an fp8
+q or a 16-bit q quantized here (config `fp8_q_for_fp8_kv`), D <= 128, with descales. Everything else (windows,
+softcap, ALiBi, bias, sinks, decode tiles) stays on the portable kernel in `attention.py`, which is also this
 kernel's CPU/ROCm twin: Gluon does not run in Triton's interpreter, so the GPU suite tests this file against the
-same reference.
+same reference. Opt-in schedules: paged K/V through TMA boxes (`ws_paged_tma`), a persistent grid
+(`ws_persistent`: `PERSISTENT`, one program per SM walking the tiles).
 
-fp8 (`FP8`): the fp8 wgmma reads both operands K-major, so V comes from the launcher's key-major copy
-([Hk * D, keys], tiles [D, BLOCK_N]); P comes out of exp2 scaled by 2^P_SCALE_LOG2 (`tritonfa.fp8.p_scale`: the
-scale subtracts from the row max, and cancels in O / l) before its cast to e4m3, and with `TWO_LEVEL` each block's
-P@V is added to O in fp32 (Hopper's fp8 MMA keeps 13 mantissa bits of its accumulator). A 16-bit q
+fp8 (`FP8`): the fp8 wgmma reads both operands K-major, so V comes from a key-major copy ([Hk * D, keys], tiles
+[D, BLOCK_N]; paged: transposed by the gathering producer); P comes out of exp2 scaled by 2^P_SCALE_LOG2
+(`tritonfa.fp8.p_scale`: the scale subtracts from the row max, and cancels in O / l) before its cast to e4m3, and
+with `TWO_LEVEL` each block's P@V is added to O in fp32 (Hopper's fp8 MMA keeps 13 mantissa bits of its
+accumulator). A 16-bit q
 (`QUANTIZE_Q`) is loaded by the consumers, scaled per row by a power of two into e4m3's range and stored to shared
 memory as fp8; the scale moves into the scores exactly.
 
@@ -23,7 +25,8 @@ Schedule per program (one query tile of BLOCK_M = 128 rows of one q head), three
 - ping-pong (`PINGPONG`, FA3's schedule): the consumers take turns issuing their wgmmas, so one's softmax overlaps
   the other's matmuls instead of both competing for the tensor cores at once.
 Grid and tile order follow the portable kernel: `cu_seqlens_q[b] // BLOCK_M + b` tiles before sequence b, found
-by binary search; a sequence's last tiles (most keys under a causal mask) run first.
+by a wide search (many probes per dependent load); a sequence's last tiles (most keys under a causal mask) run
+first.
 """
 
 from __future__ import annotations
