@@ -68,6 +68,7 @@ PLANS = {
             "fp8-prefill-b8x2048-causal",
             "fp8-prefill-b4x4096-noncausal",
             "fp8kv-prefill-b8x2048-causal",
+            "fp8kv-prefill-b8x2048-causal-paged",
         ],
         PREFILL_VARIANTS,
     ),
