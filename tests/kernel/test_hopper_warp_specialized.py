@@ -379,4 +379,7 @@ def test_warp_specialized_quantized_q_equals_the_fp8_q_call(monkeypatch, causal)
     q_descale = torch.full((), 2.0**-7, device=DEVICE)
     out8, lse8 = run_kernel(fp8_inputs, causal=causal, q_descale=q_descale, k_descale=descale, v_descale=descale,
                             return_softmax_lse=True)  # fmt: skip
-    assert torch.equal(out, out8) and torch.equal(lse, lse8)
+    # rows of the prefill sequences (the Gluon launch's); decode-shaped ones run on the portable kernel
+    rows = torch.cat([torch.arange(start, end) for start, end in zip(fp8_inputs.cu_seqlens_q[:-1].tolist(),
+                      fp8_inputs.cu_seqlens_q[1:].tolist()) if end - start > 16]).to(DEVICE)  # fmt: skip
+    assert torch.equal(out[rows], out8[rows]) and torch.equal(lse[:, rows], lse8[:, rows])
