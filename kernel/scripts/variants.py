@@ -46,6 +46,9 @@ PREFILL_VARIANTS = {
     "ws-paged-tma": {"ws_paged_tma": True},  # paged prefill: TMA boxes of a page's keys instead of cp.async gathers
     "ws-persistent": {"ws_persistent": True},  # Gluon prefill on a persistent grid
     "ws-persistent-paged-tma": {"ws_persistent": True, "ws_paged_tma": True},
+    "ws-p-fp32": {"ws_p_fp32": True},  # 16-bit P carried in fp32 to its P@V (sm_90 loop 489 -> 456 instructions)
+    # fp8 with 64-key blocks: no spills (two-level P@V spills 24 instructions in the 128-key loop), 37% more per key
+    "ws-fp8-bn64": {"ws_fp8": True, "fp8_q_for_fp8_kv": True, "ws_block_n": 64},
 }
 DECODE_VARIANTS = {
     "default": {},

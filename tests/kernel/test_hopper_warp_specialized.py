@@ -133,10 +133,30 @@ def test_a_persistent_grid_has_one_program_per_sm_slot(monkeypatch):
     slots = 341 // 128 + 3
     assert len(prefill.grid) == 1 and 1 <= prefill.grid[0] <= 8 * slots, "at most one program per work item"
     assert decode.fn.__name__ == PORTABLE
+    d256 = make_inputs([300, 40, 1], [300, 40, 9], num_heads=(8, 2), head_size=256)
+    assert not _constexprs(d256)["PERSISTENT"], "D 256: the persistent consumers spill"
+
+
+@pytest.mark.skipif(not attention_hopper.HAS_GLUON, reason="this triton has no Gluon")
+def test_fp32_p_and_block_size_options_apply_where_they_do_not_spill(monkeypatch):
+    def config(**fields):
+        monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"warp_specialized": True, **fields}}))
+
+    config(ws_p_fp32=True)
+    assert _constexprs(make_inputs([300], [300], num_heads=(8, 2), head_size=128))["P_CARRY_F32"]
+    assert not _constexprs(make_inputs([300], [300], num_heads=(8, 2), head_size=256))["P_CARRY_F32"]
+    gathered = make_inputs([300], [300], num_heads=(8, 2), head_size=128, kv_layout="paged")
+    assert not _constexprs(gathered)["P_CARRY_F32"], "beside a gathering producer"
+    config(ws_p_fp32=True, ws_persistent=True)
+    assert not _constexprs(make_inputs([300], [300], num_heads=(8, 2), head_size=128))["P_CARRY_F32"]
+    config(ws_block_n=64)
+    assert _constexprs(make_inputs([300], [300], num_heads=(8, 2), head_size=128))["BLOCK_N"] == 64
+    config(ws_block_n=128)
+    assert _constexprs(make_inputs([300], [300], num_heads=(8, 2), head_size=256))["BLOCK_N"] == 64, "D 256: 64"
 
 
 @pytest.mark.skipif(not (ON_HOPPER and attention_hopper.HAS_GLUON), reason="Gluon kernels run on a Hopper GPU only")
-@pytest.mark.parametrize("head_size", [64, 128, 256])
+@pytest.mark.parametrize("head_size", [64, 128])
 @pytest.mark.parametrize("causal", [True, False])
 @pytest.mark.parametrize("kv_layout", ["contiguous", "paged-gather", "paged-tma"])
 def test_warp_specialized_persistent_matches_reference(monkeypatch, head_size, causal, kv_layout):

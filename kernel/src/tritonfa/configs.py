@@ -49,6 +49,8 @@ class AttentionConfig:
     # Gluon prefill: a persistent grid (one program per SM slot walks the tiles; the next tile's loads overlap this
     # one's end) instead of one program per tile
     ws_persistent: bool = False
+    ws_p_fp32: bool = False  # Gluon prefill, 16-bit: P carried to its P@V in fp32 (fewer instructions, more registers)
+    ws_block_n: int = 0  # Gluon prefill: keys per block, 64 or 128 (0: attention_hopper.tiles_for's)
 
     def launch_options(self, arch: str) -> dict:
         options = {"num_warps": self.num_warps, "num_stages": self.num_stages}

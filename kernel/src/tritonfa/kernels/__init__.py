@@ -212,13 +212,20 @@ def _hopper_prefill_specs() -> list[dict[str, Any]]:
     choices += [(d, True, True, True, bf16, bf16, False, True, 0, True) for d in (64, 128, 256)]  # paged through TMA
     choices = [(*choice, 0) for choice in choices]
     # persistent grids: contiguous and paged (gathers, TMA) at every head size, fp8 with a quantized q
-    choices += [(d, causal, True, False, bf16, bf16, False, True, 0, False, 132) for d in (64, 128, 256)
+    choices += [(d, causal, True, False, bf16, bf16, False, True, 0, False, 132) for d in (64, 128)
                 for causal in (False, True)]  # fmt: skip
-    choices += [(d, True, True, True, bf16, bf16, False, True, 0, tma, 132) for d in (64, 128, 256) for tma in (0, 1)]
+    choices += [(d, True, True, True, bf16, bf16, False, True, 0, tma, 132) for d in (64, 128) for tma in (0, 1)]
     choices += [(128, True, True, False, bf16, fp8, True, True, 0, False, 132)]
     # paged fp8 (V transposed by the gathering producer): fp8 q and a quantized q, D 64 and 128, persistent too
     choices += [(d, True, True, True, fp8, fp8, False, True, 0, False, 0) for d in (64, 128)]
     choices += [(128, True, True, True, bf16, fp8, True, True, 0, False, programs) for programs in (0, 132)]
+    choices = [(*choice, False) for choice in choices]
+    # 16-bit P carried in fp32 (config `ws_p_fp32`): contiguous and paged through TMA
+    choices += [(d, True, True, False, bf16, bf16, False, True, 0, False, 0, True) for d in (64, 128)]
+    choices += [(128, True, True, True, bf16, bf16, False, True, 0, True, 0, True)]
+    choices = [(*choice, 0) for choice in choices]
+    # fp8 with 64-key blocks (config `ws_block_n`: no spills), contiguous and paged with a quantized q
+    choices += [(128, True, True, paged, bf16, fp8, True, True, 0, False, 0, False, 64) for paged in (False, True)]
     specs = []
     for (
         head_dim,
@@ -232,6 +239,8 @@ def _hopper_prefill_specs() -> list[dict[str, Any]]:
         stages,
         paged_tma,
         programs,
+        pf32,
+        block_n,
     ) in choices:
         inputs = _meta_inputs("hopper", q_dtype, kv_dtype, head_dim, paged=paged, decode=False,
                               features=not causal)  # fmt: skip
@@ -242,7 +251,7 @@ def _hopper_prefill_specs() -> list[dict[str, Any]]:
             inputs["q"], inputs["k"], inputs["v"], out, lse, inputs["cu_seqlens_q"], inputs["cu_seqlens_k"],
             inputs["seqused_k"], inputs["block_table"], 0.125, causal, 1, 16, pingpong,
             inputs["q_descale"], inputs["k_descale"], inputs["v_descale"], quantize_q, two_level, stages,
-            bool(paged_tma), programs,
+            bool(paged_tma), programs, pf32, block_n,
         )  # fmt: skip
         name = (
             f"{fn.__name__}[hopper d{head_dim} CAUSAL={causal} RETURN_LSE={lse is not None} PINGPONG={pingpong} "
@@ -251,6 +260,8 @@ def _hopper_prefill_specs() -> list[dict[str, Any]]:
             + (f" STAGES={stages}" if stages else "")
             + (f" PAGED_TMA={constexprs['PAGED_TMA']}" if paged_tma else "")
             + (" PERSISTENT" if programs else "")
+            + (" P_CARRY_F32" if pf32 else "")
+            + (f" BLOCK_N={block_n}" if block_n else "")
             + "]"
         )
         specs.append(dict(name=name, fn=fn, bound_args=args, constexprs=constexprs, options=options, gluon=True))

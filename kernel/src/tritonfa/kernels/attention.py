@@ -849,8 +849,12 @@ def _plan_hopper_prefill(
         q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, softmax_scale, causal, seq_filter,
         DECODE_MAX_SEQLEN_Q, config.ws_pingpong, q_descale, k_descale, v_descale, quantize_q, config.ws_fp8_two_level,
         config.ws_stages, config.ws_paged_tma,
-        # one program per SM, two at D 64 (their shared memory fits twice)
-        _multiprocessor_count(q.device) * (2 if q.shape[-1] <= 64 else 1) if config.ws_persistent else 0,
+        # one program per SM, two at D 64 (their shared memory fits twice); not at D 256 (its consumers spill)
+        _multiprocessor_count(q.device) * (2 if q.shape[-1] <= 64 else 1)
+        if config.ws_persistent and q.shape[-1] <= 128
+        else 0,
+        config.ws_p_fp32,
+        config.ws_block_n,
     )  # fmt: skip
     return KernelLaunch(fn, grid, args, constexprs, options)
 

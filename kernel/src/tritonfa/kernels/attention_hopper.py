@@ -499,7 +499,7 @@ if HAS_GLUON:
             return v_bufs.index(s)
 
     @gluon.jit
-    def _to_p(b_p, dtype: gl.constexpr, p_layout: gl.constexpr):
+    def _to_p(b_p, dtype: gl.constexpr, p_layout: gl.constexpr, CARRY_F32: gl.constexpr):
         # P (fp32, s layout) as the next P@V's A operand: 16-bit P in its dot-operand layout. fp8 P is carried to the
         # next step as fp16 pairs in the order _fp8_operand wants (a loop-carried fp8 tensor lives as one byte per
         # register and is repacked at every wgmma: ~180 instructions per block on sm_90).
@@ -512,6 +512,8 @@ if HAS_GLUON:
             BN: gl.constexpr = b_p.type.shape[1]
             p = gl.reshape(b_p, [BM, BN // 16, 2, 4, 2])
             p = gl.reshape(gl.permute(p, [0, 1, 3, 2, 4]), [BM, BN]).to(gl.float16)
+        elif CARRY_F32:
+            p = b_p  # converted right before its wgmma (_pv_issue): a loop-carried 16-bit tensor is repacked there
         else:
             p = gl.convert_layout(b_p.to(dtype), p_layout)
         return p
@@ -528,11 +530,14 @@ if HAS_GLUON:
         return gl.convert_layout(p8, p_layout, assert_trivial=True)
 
     @gluon.jit
-    def _pv_issue(p_prev, v_op, b_o, o_zero, p_layout: gl.constexpr, TWO_LEVEL: gl.constexpr):
+    def _pv_issue(p_prev, v_op, b_o, o_zero, p_layout: gl.constexpr, TWO_LEVEL: gl.constexpr,
+                  CARRY_F32: gl.constexpr):  # fmt: skip
         # O += P @ V (async); TWO_LEVEL: P @ V alone, added to O after the wait
         FP8_P: gl.constexpr = p_layout.k_width == 4
         if FP8_P:
             a = _fp8_operand(p_prev, p_layout)
+        elif CARRY_F32:
+            a = gl.convert_layout(p_prev.to(v_op.dtype), p_layout)
         else:
             a = p_prev
         if TWO_LEVEL:
@@ -546,7 +551,8 @@ if HAS_GLUON:
                  l_i, p_prev, key_shift, q_pos, seq_k_len, diagonal, qk_scale,
                  MASKED: gl.constexpr, CAUSAL: gl.constexpr, s_layout: gl.constexpr, o_layout: gl.constexpr,
                  p_layout: gl.constexpr, WG: gl.constexpr, PINGPONG: gl.constexpr, V_KEY_MAJOR: gl.constexpr,
-                 P_SCALE_LOG2: gl.constexpr, TWO_LEVEL: gl.constexpr, ROW_SCALE: gl.constexpr):  # fmt: skip
+                 P_SCALE_LOG2: gl.constexpr, TWO_LEVEL: gl.constexpr, ROW_SCALE: gl.constexpr,
+                 CARRY_F32: gl.constexpr):  # fmt: skip
         # S_j = Q K_j^T is issued before O += P_{j-1} V_{j-1}; the softmax of S_j overlaps that P@V. it0 / turn0: the
         # K/V blocks and wgmma turns this warpgroup has used before this tile (ring slots and phases go on).
         STAGES: gl.constexpr = k_bufs.type.shape[0]
@@ -557,15 +563,15 @@ if HAS_GLUON:
         _wait_turn(turns, turn0 + j, WG, PINGPONG)
         s_tok = warpgroup_mma(q_smem, k_bufs.index(s).permute((1, 0)), s_zero, use_acc=False, is_async=True)
         mbarrier.wait(v_ready.index(sp), ((it0 + j - 1) // STAGES) & 1)
-        o_tok = _pv_issue(p_prev, _v_operand(v_bufs, sp, V_KEY_MAJOR), b_o, o_zero, p_layout, TWO_LEVEL)
+        o_tok = _pv_issue(p_prev, _v_operand(v_bufs, sp, V_KEY_MAJOR), b_o, o_zero, p_layout, TWO_LEVEL, CARRY_F32)
         _pass_turn(turns, WG, PINGPONG)
         b_s = warpgroup_mma_wait(num_outstanding=1, deps=(s_tok,))
         b_p, m_i, l_i, alpha = _softmax_step(b_s, m_i, l_i, j, key_shift, q_pos, seq_k_len, diagonal, qk_scale, MASKED,
                                              CAUSAL, BLOCK_N, s_layout, ROW_SCALE, P_SCALE_LOG2)  # fmt: skip
-        p_next = _to_p(b_p, v_bufs.dtype, p_layout)
-        if V_KEY_MAJOR:
-            # fp8 P cannot be a dependency of the wait (8-bit registers; triton 3.6-3.9); ptxas keeps its registers
-            # until the wgmma is done
+        p_next = _to_p(b_p, v_bufs.dtype, p_layout, CARRY_F32)
+        if V_KEY_MAJOR or CARRY_F32:
+            # the P operand is made in _pv_issue (fp8: 8-bit registers cannot be a dependency of the wait, triton
+            # 3.6-3.9); ptxas keeps its registers until the wgmma is done
             if TWO_LEVEL:
                 b_pv = warpgroup_mma_wait(num_outstanding=0, deps=(o_tok,))
                 mbarrier.arrive(kv_empty.index(sp), count=1)
@@ -638,7 +644,7 @@ if HAS_GLUON:
                   ROWS: gl.constexpr, CAUSAL: gl.constexpr, PINGPONG: gl.constexpr, RETURN_LSE: gl.constexpr,
                   ZERO_TAIL: gl.constexpr, FP8: gl.constexpr, P_SCALE_LOG2: gl.constexpr, TWO_LEVEL: gl.constexpr,
                   QUANTIZE_Q: gl.constexpr, Q_MAX: gl.constexpr, num_warps: gl.constexpr, it0=0, turn0=0,
-                  q_phase=0):  # fmt: skip
+                  q_phase=0, CARRY_F32: gl.constexpr = False):  # fmt: skip
         # This warpgroup's ROWS query rows start at row ROW0 of the tile; both warpgroups walk the tile's blocks.
         # it0 / turn0 / q_phase: K/V blocks, wgmma turns and Q loads of this program's earlier tiles (persistent).
         # FP8: V slots are key-major, P and l are scaled by 2^P_SCALE_LOG2, O takes out_scale (V's descale).
@@ -700,7 +706,7 @@ if HAS_GLUON:
             b_p, m_i, l_i, alpha = _softmax_step(b_s, m_i, l_i, 0, key_shift, q_pos, seq_k_len, diagonal, qk_scale,
                                                  True, CAUSAL, BLOCK_N, s_layout, QUANTIZE_Q,
                                                  P_SCALE_LOG2)  # fmt: skip
-        p_prev = _to_p(b_p, v_bufs.dtype, p_layout)
+        p_prev = _to_p(b_p, v_bufs.dtype, p_layout, CARRY_F32)
         if FP8:
             if key_shift > 0:
                 # block 0's first keys belong to the sequence before: zero them (and any past this one's end)
@@ -711,13 +717,15 @@ if HAS_GLUON:
             b_o, m_i, l_i, p_prev = _kv_step(j, it0, turn0, q_smem, k_bufs, v_bufs, k_ready, v_ready, kv_empty, turns,
                                              s_zero, o_zero, b_o, m_i, l_i, p_prev, key_shift, q_pos, seq_k_len,
                                              diagonal, qk_scale, False, CAUSAL, s_layout, o_layout, p_layout, WG,
-                                             PINGPONG, FP8, P_SCALE_LOG2, TWO_LEVEL_PV, QUANTIZE_Q)  # fmt: skip
+                                             PINGPONG, FP8, P_SCALE_LOG2, TWO_LEVEL_PV, QUANTIZE_Q,
+                                             CARRY_F32)  # fmt: skip
         # blocks on the causal diagonal or past the sequence's last key
         for j in range(gl.maximum(num_full, 1), num_blocks):
             b_o, m_i, l_i, p_prev = _kv_step(j, it0, turn0, q_smem, k_bufs, v_bufs, k_ready, v_ready, kv_empty, turns,
                                              s_zero, o_zero, b_o, m_i, l_i, p_prev, key_shift, q_pos, seq_k_len,
                                              diagonal, qk_scale, True, CAUSAL, s_layout, o_layout, p_layout, WG,
-                                             PINGPONG, FP8, P_SCALE_LOG2, TWO_LEVEL_PV, QUANTIZE_Q)  # fmt: skip
+                                             PINGPONG, FP8, P_SCALE_LOG2, TWO_LEVEL_PV, QUANTIZE_Q,
+                                             CARRY_F32)  # fmt: skip
         last = num_blocks - 1
         s_last = (it0 + last) % STAGES
         mbarrier.wait(v_ready.index(s_last), ((it0 + last) // STAGES) & 1)
@@ -729,7 +737,7 @@ if HAS_GLUON:
             else:
                 _zero_rows_from(v_bufs.index(s_last), seq_k_len - last * BLOCK_N, num_warps)
         _wait_turn(turns, turn0 + num_blocks, WG, PINGPONG)
-        o_tok = _pv_issue(p_prev, _v_operand(v_bufs, s_last, FP8), b_o, o_zero, p_layout, TWO_LEVEL_PV)
+        o_tok = _pv_issue(p_prev, _v_operand(v_bufs, s_last, FP8), b_o, o_zero, p_layout, TWO_LEVEL_PV, CARRY_F32)
         _pass_turn(turns, WG, PINGPONG)
         if TWO_LEVEL_PV:
             b_o = b_o + warpgroup_mma_wait(num_outstanding=0, deps=(o_tok,))
@@ -769,13 +777,14 @@ if HAS_GLUON:
                           ROW0: gl.constexpr, ROWS: gl.constexpr, CAUSAL: gl.constexpr, PINGPONG: gl.constexpr,
                           RETURN_LSE: gl.constexpr, ZERO_TAIL: gl.constexpr, FP8: gl.constexpr,
                           P_SCALE_LOG2: gl.constexpr, TWO_LEVEL: gl.constexpr, QUANTIZE_Q: gl.constexpr,
-                          Q_MAX: gl.constexpr, num_warps: gl.constexpr):  # fmt: skip
+                          Q_MAX: gl.constexpr, num_warps: gl.constexpr, it0, turn0, q_phase,
+                          CARRY_F32: gl.constexpr):  # fmt: skip
         # the default partition of gl.warp_specialize must return a tuple
         _consumer(q_tile_smem, k_bufs, v_bufs, q_ready, k_ready, v_ready, kv_empty, turns, q_ptr, out_ptr, lse_ptr,
                   seq_q_start, seq_q_len, q_tile_start, q_head, seq_k_len, num_blocks, key_shift, qk_scale, out_scale,
                   stride_q_tok, stride_q_head, stride_o_tok, stride_o_head, stride_lse_head, ROW0, ROWS, CAUSAL,
-                  PINGPONG, RETURN_LSE, ZERO_TAIL, FP8, P_SCALE_LOG2, TWO_LEVEL, QUANTIZE_Q, Q_MAX,
-                  num_warps)  # fmt: skip
+                  PINGPONG, RETURN_LSE, ZERO_TAIL, FP8, P_SCALE_LOG2, TWO_LEVEL, QUANTIZE_Q, Q_MAX, num_warps, it0,
+                  turn0, q_phase, CARRY_F32)  # fmt: skip
         return ()
 
     @gluon.jit
@@ -851,7 +860,7 @@ if HAS_GLUON:
                              DECODE_MAX_Q: gl.constexpr, FP8: gl.constexpr, P_SCALE_LOG2: gl.constexpr,
                              TWO_LEVEL: gl.constexpr, QUANTIZE_Q: gl.constexpr, Q_MAX: gl.constexpr,
                              HAS_Q_DESCALE: gl.constexpr, HAS_K_DESCALE: gl.constexpr, HAS_V_DESCALE: gl.constexpr,
-                             num_warps: gl.constexpr):  # fmt: skip
+                             num_warps: gl.constexpr, CARRY_F32: gl.constexpr):  # fmt: skip
         # A consumer warpgroup's walk over the same work items as the producer: each tile as in the non-persistent
         # kernel (_consumer), its ring blocks, wgmma turns and Q buffer counted on from the tiles before.
         BLOCK_M: gl.constexpr = q_bufs.type.shape[1]
@@ -882,7 +891,7 @@ if HAS_GLUON:
                               num_blocks, key_shift, qk_scale, out_scale, stride_q_tok, stride_q_head, stride_o_tok,
                               stride_o_head, stride_lse_head, ROW0, ROWS, CAUSAL, PINGPONG, RETURN_LSE, ZERO_TAIL,
                               FP8, P_SCALE_LOG2, TWO_LEVEL, QUANTIZE_Q, Q_MAX, num_warps, it, it + items,
-                              (items // Q_BUFS) & 1)  # fmt: skip
+                              (items // Q_BUFS) & 1, CARRY_F32)  # fmt: skip
                     mbarrier.arrive(q_empty.index(qb), count=1)  # this warpgroup's QK wgmmas are done with it
                     it += num_blocks
                     items += 1
@@ -901,7 +910,8 @@ if HAS_GLUON:
                                      DECODE_MAX_Q: gl.constexpr, FP8: gl.constexpr, P_SCALE_LOG2: gl.constexpr,
                                      TWO_LEVEL: gl.constexpr, QUANTIZE_Q: gl.constexpr, Q_MAX: gl.constexpr,
                                      HAS_Q_DESCALE: gl.constexpr, HAS_K_DESCALE: gl.constexpr,
-                                     HAS_V_DESCALE: gl.constexpr, num_warps: gl.constexpr):  # fmt: skip
+                                     HAS_V_DESCALE: gl.constexpr, num_warps: gl.constexpr,
+                                     CARRY_F32: gl.constexpr):  # fmt: skip
         _consumer_persistent(q_bufs, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, kv_empty, turns, q_ptr,
                              out_ptr, lse_ptr, cu_seqlens_q_ptr, cu_seqlens_k_ptr, seqused_k_ptr, q_descale_ptr,
                              k_descale_ptr, v_descale_ptr, num_seqs, total_q, total_k, max_blocks, softmax_scale,
@@ -910,7 +920,7 @@ if HAS_GLUON:
                              stride_vdesc_seq, stride_vdesc_head, n_tile_slots, num_q_heads, GROUP, ROW0, ROWS, CAUSAL,
                              PINGPONG, RETURN_LSE, ZERO_TAIL, PAGED, PAGE_SIZE, HAS_SEQUSED, SEQ_FILTER,
                              DECODE_MAX_Q, FP8, P_SCALE_LOG2, TWO_LEVEL, QUANTIZE_Q, Q_MAX, HAS_Q_DESCALE,
-                             HAS_K_DESCALE, HAS_V_DESCALE, num_warps)  # fmt: skip
+                             HAS_K_DESCALE, HAS_V_DESCALE, num_warps, CARRY_F32)  # fmt: skip
         return ()
 
     # Lengths, counts and the widths they set (block table, lse rows) change per batch: not specialized, so a new
@@ -989,6 +999,7 @@ if HAS_GLUON:
         HAS_Q_DESCALE: gl.constexpr,
         HAS_K_DESCALE: gl.constexpr,
         HAS_V_DESCALE: gl.constexpr,
+        P_CARRY_F32: gl.constexpr,  # 16-bit P carried to its P@V in fp32, converted there (see _to_p)
         PERSISTENT: gl.constexpr,  # one program per SM slot walks (tile slot, q head) items; grid (programs,)
         Q_BUFS: gl.constexpr,  # PERSISTENT: Q buffers (2: the next tile's Q loads during this one)
         num_warps: gl.constexpr,
@@ -1045,7 +1056,7 @@ if HAS_GLUON:
                         stride_qdesc_head, stride_kdesc_seq, stride_kdesc_head, stride_vdesc_seq, stride_vdesc_head,
                         n_tile_slots, num_q_heads, GROUP, FIRST, HALF, CAUSAL, PINGPONG, RETURN_LSE, ZERO_TAIL,
                         PAGED, PAGE_SIZE, HAS_SEQUSED, SEQ_FILTER, DECODE_MAX_Q, FP8, P_SCALE_LOG2, TWO_LEVEL,
-                        QUANTIZE_Q, Q_MAX, HAS_Q_DESCALE, HAS_K_DESCALE, HAS_V_DESCALE, num_warps)),
+                        QUANTIZE_Q, Q_MAX, HAS_Q_DESCALE, HAS_K_DESCALE, HAS_V_DESCALE, num_warps, P_CARRY_F32)),
                     (_consumer_persistent, (
                         q_bufs, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, kv_empty, turns, q_ptr, out_ptr,
                         lse_ptr, cu_seqlens_q_ptr, cu_seqlens_k_ptr, seqused_k_ptr, q_descale_ptr, k_descale_ptr,
@@ -1054,7 +1065,7 @@ if HAS_GLUON:
                         stride_qdesc_head, stride_kdesc_seq, stride_kdesc_head, stride_vdesc_seq, stride_vdesc_head,
                         n_tile_slots, num_q_heads, GROUP, HALF, HALF, CAUSAL, PINGPONG, RETURN_LSE, ZERO_TAIL,
                         PAGED, PAGE_SIZE, HAS_SEQUSED, SEQ_FILTER, DECODE_MAX_Q, FP8, P_SCALE_LOG2, TWO_LEVEL,
-                        QUANTIZE_Q, Q_MAX, HAS_Q_DESCALE, HAS_K_DESCALE, HAS_V_DESCALE, num_warps)),
+                        QUANTIZE_Q, Q_MAX, HAS_Q_DESCALE, HAS_K_DESCALE, HAS_V_DESCALE, num_warps, P_CARRY_F32)),
                     (_producer_persistent, (
                         q_desc, k_desc, v_desc, q_bufs, k_bufs, v_bufs, v_stage, q_ready, q_empty, k_ready, v_ready,
                         kv_empty,
@@ -1079,7 +1090,7 @@ if HAS_GLUON:
                           stride_vdesc_seq, stride_vdesc_head, GROUP, CAUSAL, PINGPONG, RETURN_LSE, PAGED,
                           PAGE_SIZE, PAGED_TMA, BLOCK_N, HAS_SEQUSED, SEQ_FILTER, DECODE_MAX_Q, STAGES, FP8,
                           P_SCALE_LOG2, TWO_LEVEL, QUANTIZE_Q, Q_MAX, HAS_Q_DESCALE, HAS_K_DESCALE, HAS_V_DESCALE,
-                          num_warps)  # fmt: skip
+                          P_CARRY_F32, num_warps)  # fmt: skip
 
     @gluon.jit
     def _tile_program(q_desc, k_desc, v_desc, q_ptr, k_ptr, v_ptr, out_ptr, lse_ptr, cu_seqlens_q_ptr,
@@ -1095,7 +1106,7 @@ if HAS_GLUON:
                       SEQ_FILTER: gl.constexpr, DECODE_MAX_Q: gl.constexpr, STAGES: gl.constexpr,
                       FP8: gl.constexpr, P_SCALE_LOG2: gl.constexpr, TWO_LEVEL: gl.constexpr,
                       QUANTIZE_Q: gl.constexpr, Q_MAX: gl.constexpr, HAS_Q_DESCALE: gl.constexpr,
-                      HAS_K_DESCALE: gl.constexpr, HAS_V_DESCALE: gl.constexpr,
+                      HAS_K_DESCALE: gl.constexpr, HAS_V_DESCALE: gl.constexpr, P_CARRY_F32: gl.constexpr,
                       num_warps: gl.constexpr):  # fmt: skip
         # One program per (q head, q tile slot): grid (Hq, slots)
         BLOCK_M: gl.constexpr = q_desc.block_type.shape[0]
@@ -1161,13 +1172,13 @@ if HAS_GLUON:
                                              seq_k_len, num_blocks, key_shift, qk_scale, out_scale, stride_q_tok,
                                              stride_q_head, stride_o_tok, stride_o_head, stride_lse_head, FIRST,
                                              HALF, CAUSAL, PINGPONG, RETURN_LSE, ZERO_TAIL, FP8, P_SCALE_LOG2,
-                                             TWO_LEVEL, QUANTIZE_Q, Q_MAX, num_warps)),
+                                             TWO_LEVEL, QUANTIZE_Q, Q_MAX, num_warps, 0, 0, 0, P_CARRY_F32)),
                         (_consumer, (q_smem, k_bufs, v_bufs, q_ready, k_ready, v_ready, kv_empty, turns, q_ptr,
                                      out_ptr, lse_ptr, seq_q_start, seq_q_len, q_tile_start, q_head, seq_k_len,
                                      num_blocks, key_shift, qk_scale, out_scale, stride_q_tok, stride_q_head,
                                      stride_o_tok, stride_o_head, stride_lse_head, HALF, HALF, CAUSAL, PINGPONG,
                                      RETURN_LSE, ZERO_TAIL, FP8, P_SCALE_LOG2, TWO_LEVEL, QUANTIZE_Q, Q_MAX,
-                                     num_warps)),
+                                     num_warps, 0, 0, 0, P_CARRY_F32)),
                         (_producer, (q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, v_stage, q_ready, k_ready, v_ready,
                                      kv_empty, seq_q_start + q_tile_start, q_head * HEAD_DIM, seq_k_start - key_shift,
                                      k_ptr, v_ptr, block_table_ptr, seq, stride_bt_seq, num_cache_blocks, max_blocks,
@@ -1202,20 +1213,26 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
                         softmax_scale: float, causal: bool, seq_filter: int, decode_max_q: int,
                         pingpong: bool = True, q_descale=None, k_descale=None, v_descale=None,
                         quantize_q: bool = False, two_level: bool = True, stages: int = 0,
-                        paged_tma: bool = False, persistent_programs: int = 0):  # fmt: skip
+                        paged_tma: bool = False, persistent_programs: int = 0,
+                        p_carry_f32: bool = False, block_n: int = 0):  # fmt: skip
     """(kernel, grid, args, constexprs, options) of one warp-specialized prefill launch; `supports` must hold.
 
     fp8 K/V: V is read from its key-major copy (`key_major_v`, made here); quantize_q rounds a 16-bit q to K's fp8
     type in the kernel. Descales: fp32 of shape [], [1] or [batch, Hk]. stages: K/V ring slots (0: tiles_for's).
     paged_tma: a paged cache whose pages `paged_tma_view` describes is read through TMA (else cp.async gathers).
     persistent_programs: > 0, a persistent grid of at most that many programs (one per SM slot) walks the tiles.
+    p_carry_f32: 16-bit P is carried to its P@V in fp32 and converted there (no repacking of a loop-carried 16-bit
+    tensor: 32 fewer instructions per block at D 128, 32 more registers; D <= 128, not with gathered pages nor the
+    persistent grid, where it spills). block_n: keys per block (0: tiles_for's).
     """
     total_q, num_q_heads, head_dim = q.shape
     paged = block_table is not None
     fp8 = is_fp8(k.dtype)
     num_kv_heads = k.shape[-2]
     num_seqs = cu_seqlens_q.shape[0] - 1
-    block_n, default_stages = tiles_for(head_dim)
+    default_block_n, default_stages = tiles_for(head_dim)
+    if block_n not in (64, 128) or block_n > default_block_n:  # what fits the shared memory and the tiles' layouts
+        block_n = default_block_n
     stages = stages or default_stages
 
     def descriptor(t: torch.Tensor, rows: int) -> GluonTensorDescriptor:
@@ -1297,6 +1314,13 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
         HAS_Q_DESCALE=q_descale is not None,
         HAS_K_DESCALE=k_descale is not None,
         HAS_V_DESCALE=v_descale is not None,
+        # the fp32 P's 32 extra registers spill at D 256, beside a gathering producer (224-register consumers) and in
+        # the persistent consumers (sm_90 SASS)
+        P_CARRY_F32=p_carry_f32
+        and not fp8
+        and head_dim <= 128
+        and not (paged and not paged_tma)
+        and persistent_programs == 0,
         PERSISTENT=persistent_programs > 0,
         # a second Q buffer (the next tile's Q loads during this one) where shared memory has room: not at D 256
         Q_BUFS=2 if persistent_programs > 0 and head_dim <= 128 else 1,
