@@ -89,7 +89,14 @@ PLANS = {
         ],
         DECODE_VARIANTS,
     ),
-    "mixed": (["mixed-4x512+60-paged"], {"default": {}}),
+    # the prefill part of a mixed batch is the Gluon launch on Hopper: its schedules
+    "mixed": (
+        ["mixed-4x512+60-paged"],
+        {
+            name: PREFILL_VARIANTS[name]
+            for name in ("default", "ws-persistent", "ws-paged-tma", "ws-persistent-paged-tma")
+        },
+    ),
 }
 PEERS = ("sdpa-cudnn", "flex")
 
