@@ -43,6 +43,13 @@ def p_scale(dtype: torch.dtype) -> float:
     return scale
 
 
+def descale_strides(descale: torch.Tensor | None) -> tuple[int, int]:
+    """(sequence, KV head) strides of a descale of shape [batch, Hk]; (0, 0) for [], [1] (one value for all)."""
+    if descale is None or descale.dim() < 2:
+        return 0, 0
+    return descale.stride(0), descale.stride(1)
+
+
 def default_fp8_dtype(arch: str) -> torch.dtype:
     """The platform's e4m3 format: e4m3fnuz on CDNA3 (MI300), e4m3fn elsewhere (NVIDIA, MI350+, CPU)."""
     if arch == "cdna3":

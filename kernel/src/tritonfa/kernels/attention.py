@@ -30,7 +30,7 @@ import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 from tritonfa.configs import DECODE_MAX_SEQLEN_Q, AttentionConfig, detect_arch, native_fp8_dot, select_config
-from tritonfa.fp8 import FP8_DTYPES, fp8_max, is_fp8, p_scale
+from tritonfa.fp8 import FP8_DTYPES, descale_strides, fp8_max, is_fp8, p_scale
 from tritonfa.kernels import attention_hopper
 
 LOG2E = tl.constexpr(1.4426950408889634)
@@ -670,12 +670,6 @@ def combine_splits_kernel(
         tl.store(lse_ptr + i_head * stride_lse_head + i_tok, lse)
 
 
-def _descale_strides(descale: torch.Tensor | None) -> tuple[int, int]:
-    if descale is None or descale.dim() < 2:
-        return 0, 0  # a single value broadcast to every (sequence, KV head)
-    return descale.stride(0), descale.stride(1)
-
-
 # Plain-Python twins of triton.cdiv / triton.next_power_of_2 for the launcher (host time per call: those are
 # constexpr-function wrappers since triton 3.7, ~3 us a call)
 def _cdiv(a: int, b: int) -> int:
@@ -969,9 +963,9 @@ def _plan_launch(
         block_table.stride(0) if block_table is not None else 0,
         alibi_slopes.stride(0) if alibi_slopes is not None and alibi_slopes.dim() == 2 else 0,
         *bias_strides,
-        *_descale_strides(q_descale),
-        *_descale_strides(k_descale),
-        *_descale_strides(v_descale),
+        *descale_strides(q_descale),
+        *descale_strides(k_descale),
+        *descale_strides(v_descale),
         *(split_out.stride()[:3] if split_kv else (0, 0, 0)),
         *(split_lse.stride()[:2] if split_kv else (0, 0)),
     )  # fmt: skip

@@ -37,7 +37,7 @@ import math
 import torch
 import triton
 
-from tritonfa.fp8 import fp8_max, is_fp8, p_scale
+from tritonfa.fp8 import descale_strides, fp8_max, is_fp8, p_scale
 
 try:  # Gluon ships with triton >= 3.5; without it the launcher never picks this path
     from triton.experimental import gluon
@@ -507,7 +507,7 @@ if HAS_GLUON:
         if IS_FP8:
             # keys of each 16-key group reordered 0 1 8 9 2 3 10 11 4 5 12 13 6 7 14 15: then the four P values of
             # one A-operand register are already in one thread (the key-major V copy holds its keys in the same
-            # order, `tritonfa.kernels.attention.FP8_KEY_ORDER`)
+            # order, FP8_KEY_ORDER)
             BM: gl.constexpr = b_p.type.shape[0]
             BN: gl.constexpr = b_p.type.shape[1]
             p = gl.reshape(b_p, [BM, BN // 16, 2, 4, 2])
@@ -1290,7 +1290,7 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
         num_seqs, total_q, total_k, num_cache_blocks, max_blocks, float(softmax_scale),
         q.stride(0), q.stride(1), out.stride(0), out.stride(1), lse.stride(0) if lse is not None else 0,
         block_table.stride(0) if paged else 0, *kv_strides, *page_rows,
-        *(s for d in (q_descale, k_descale, v_descale) for s in _descale_strides(d)),
+        *(s for d in (q_descale, k_descale, v_descale) for s in descale_strides(d)),
         n_tile_slots, num_q_heads,
     )  # fmt: skip
     constexprs = dict(
@@ -1368,13 +1368,6 @@ def paged_tma_view(cache: torch.Tensor):
     if (row_stride * cache.element_size()) % 16 or rows >= 2**31:
         return None
     return rows, width, row_stride, placement
-
-
-def _descale_strides(descale: torch.Tensor | None) -> tuple[int, int]:
-    """(sequence, kv head) strides of a descale of shape [], [1] (broadcast: 0, 0) or [batch, Hk]."""
-    if descale is None or descale.dim() < 2:
-        return 0, 0
-    return descale.stride(0), descale.stride(1)
 
 
 __all__ = ["HAS_GLUON", "plan_hopper_prefill", "supports", "tiles_for", "triton"]
