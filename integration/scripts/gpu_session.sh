@@ -5,6 +5,7 @@
 # session cut short keeps the steps that finished.
 #   setsid nohup bash integration/scripts/gpu_session.sh RESULTS_DIR [READY_FILE] > /dev/null 2>&1 &
 # READY_FILE (optional): wait until it exists (vLLM still being installed) before the first engine starts.
+# VLLM_STEPS (default "auto alibi fp8 hostcost"): which steps, in that order.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.." || exit
 out="${1:?usage: gpu_session.sh RESULTS_DIR [READY_FILE]}"
@@ -17,7 +18,7 @@ export PYTHONUNBUFFERED=1
   fi
   python3 -c "import vllm; print('vllm', vllm.__version__)" || { echo "no vLLM: stopping"; exit 1; }
   # the end-to-end number first: a session cut short still has it
-  for step in auto alibi fp8 hostcost; do  # auto / fp8: the latency benchmark with that KV cache dtype
+  for step in ${VLLM_STEPS:-auto alibi fp8 hostcost}; do  # auto / fp8: the latency benchmark with that KV cache dtype
     case "$step" in
       alibi)
         echo "== e2e alibi $(date -u +%T)"
@@ -34,5 +35,5 @@ export PYTHONUNBUFFERED=1
     esac
   done
   echo "== done $(date -u +%T)"
-} > "$out/vllm_session.log" 2>&1
+} >> "$out/vllm_session.log" 2>&1  # appends: a session may run this more than once
 touch "$out/VLLM_DONE"

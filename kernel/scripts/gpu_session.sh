@@ -10,7 +10,14 @@
 #                          after WS_TESTS_TIMEOUT seconds (default 600) so a hung kernel cannot hold the session
 #   mask-cost              bounds on vs off (kernel/scripts/mask_cost.py, MASK_COST_ROUNDS rounds, default 3;
 #                          MASK_COST_CONFIG: TRITONFA_CONFIG for it)
-#   verify                 GPU test suite, memcheck, benchmark (gpu_verify.sh; PEER_PYTHONPATH / PEER_READY)
+#   verify                 GPU test suite, memcheck, benchmark (gpu_verify.sh; PEER_PYTHONPATH / PEER_READY;
+#                          VERIFY_PARTS picks and orders them, default "suite memcheck bench")
+#   verify:PARTS           the same with PARTS ('+'-separated, e.g. verify:bench or verify:suite+memcheck)
+#   await-config           wait up to AWAIT_CONFIG_S seconds (default 300) for the file CONFIG_FILE (default
+#                          RESULTS_DIR/config.json), then run the later steps with TRITONFA_CONFIG set to its contents
+#                          (a config chosen from the variants while the machine stays warm; empty file: defaults)
+#   vllm                   the vLLM part (integration/scripts/gpu_session.sh RESULTS_DIR PEER_READY; VLLM_STEPS)
+#   vllm:STEPS             the same with VLLM_STEPS=STEPS ('+'-separated, e.g. vllm:auto or vllm:fp8+hostcost)
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.." || exit
 out="${1:?usage: gpu_session.sh RESULTS_DIR [STEPS]}"
@@ -36,6 +43,16 @@ export PYTHONPATH="$PWD/kernel/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=
         TRITONFA_CONFIG="${MASK_COST_CONFIG:-${TRITONFA_CONFIG:-}}" python3 kernel/scripts/mask_cost.py \
           --rounds "${MASK_COST_ROUNDS:-3}" --out "$out/mask_cost" 2>&1 | tail -n 30 ;;
       verify) bash kernel/scripts/gpu_verify.sh "$out" ;;
+      verify:*) VERIFY_PARTS="${step#verify:}" VERIFY_PARTS="${VERIFY_PARTS//+/ }" \
+        bash kernel/scripts/gpu_verify.sh "$out" ;;
+      await-config)
+        config_file="${CONFIG_FILE:-$out/config.json}"
+        for _ in $(seq "${AWAIT_CONFIG_S:-300}"); do [ -e "$config_file" ] && break; sleep 1; done
+        if [ -s "$config_file" ]; then export TRITONFA_CONFIG="$(cat "$config_file")"; fi
+        echo "TRITONFA_CONFIG=${TRITONFA_CONFIG:-}" ;;
+      vllm) bash integration/scripts/gpu_session.sh "$out" "${PEER_READY:-}" ;;
+      vllm:*) VLLM_STEPS="${step#vllm:}" VLLM_STEPS="${VLLM_STEPS//+/ }" \
+        bash integration/scripts/gpu_session.sh "$out" "${PEER_READY:-}" ;;
       *) echo "unknown step $step" ;;
     esac
   done
