@@ -16,7 +16,8 @@
 #   await-config           wait up to AWAIT_CONFIG_S seconds (default 300) for the file CONFIG_FILE (default
 #                          RESULTS_DIR/config.json), then run the later steps with TRITONFA_CONFIG set to its contents
 #                          (a config chosen from the variants while the machine stays warm; empty file: defaults)
-#   vllm                   the vLLM part (integration/scripts/gpu_session.sh RESULTS_DIR PEER_READY; VLLM_STEPS)
+#   vllm                   the vLLM part (integration/scripts/gpu_session.sh RESULTS_DIR PEER_READY; VLLM_STEPS;
+#                          vLLM from PEER_PYTHONPATH)
 #   vllm:STEPS             the same with VLLM_STEPS=STEPS ('+'-separated, e.g. vllm:auto or vllm:fp8+hostcost)
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.." || exit
@@ -50,8 +51,10 @@ export PYTHONPATH="$PWD/kernel/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=
         for _ in $(seq "${AWAIT_CONFIG_S:-300}"); do [ -e "$config_file" ] && break; sleep 1; done
         if [ -s "$config_file" ]; then export TRITONFA_CONFIG="$(cat "$config_file")"; fi
         echo "TRITONFA_CONFIG=${TRITONFA_CONFIG:-}" ;;
-      vllm) bash integration/scripts/gpu_session.sh "$out" "${PEER_READY:-}" ;;
+      vllm) PYTHONPATH="${PEER_PYTHONPATH:+$PEER_PYTHONPATH:}$PYTHONPATH" \
+        bash integration/scripts/gpu_session.sh "$out" "${PEER_READY:-}" ;;
       vllm:*) VLLM_STEPS="${step#vllm:}" VLLM_STEPS="${VLLM_STEPS//+/ }" \
+        PYTHONPATH="${PEER_PYTHONPATH:+$PEER_PYTHONPATH:}$PYTHONPATH" \
         bash integration/scripts/gpu_session.sh "$out" "${PEER_READY:-}" ;;
       *) echo "unknown step $step" ;;
     esac
