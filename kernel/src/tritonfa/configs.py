@@ -40,9 +40,11 @@ class AttentionConfig:
     # Hopper prefill: calls the warp-specialized Gluon kernel covers (kernels/attention_hopper.py) go there
     warp_specialized: bool = False
     ws_pingpong: bool = True  # with warp_specialized: the two consumer warpgroups alternate their matmuls (FA3)
-    # with warp_specialized: fp8 K/V (contiguous, D <= 128; q fp8, or 16-bit with fp8_q_for_fp8_kv) go there too.
-    # Opt-in until the GPU suite has run it (written offline, cross-compiled in CI)
+    # with warp_specialized: contiguous fp8 K/V (D <= 128; q fp8, or 16-bit with fp8_q_for_fp8_kv) go there too
     ws_fp8: bool = False
+    # with ws_fp8: paged fp8 K/V too (V gathered and transposed by the producer warps). Opt-in: it hung on the H200
+    # (session 7, every paged fp8 test), so vLLM's fp8 cache stays on the portable kernel until that is fixed
+    ws_fp8_paged: bool = False
     ws_fp8_two_level: bool = True  # fp8 P@V: each block's product added to O in fp32, not chained in the MMA
     ws_stages: int = 0  # K/V ring slots of the Gluon prefill; 0 = attention_hopper.tiles_for's (2)
     ws_paged_tma: bool = False  # Gluon prefill: paged K/V through TMA boxes of a page's keys (else cp.async gathers)
@@ -104,6 +106,11 @@ def native_fp8_dot(arch: str, dtype: torch.dtype) -> bool:
     return False
 
 
+_HOPPER_PREFILL = dict(
+    pack_gqa=True, tma=True, tma_key_major_v=True, warp_specialized=True, ws_persistent=True, ws_paged_tma=True,
+    ws_fp8=True,
+)
+
 # (arch, decode) -> {padded head size upper bound: config}; the first bound >= the padded head size wins.
 _TABLE: dict[tuple[str, bool], dict[int, AttentionConfig]] = {
     # Hopper: chosen by the config sweep recorded in PERF_NOTES.md (H200, 2026-12-02).
@@ -111,10 +118,13 @@ _TABLE: dict[tuple[str, bool], dict[int, AttentionConfig]] = {
     # paged 0.864 -> 0.720, D 256 0.680 -> 0.582; kernel/results/2026-12-03-h200-session5)
     # tma_key_major_v: fp8 prefill reads V's key-major copy through descriptors (b8x2048 causal 1.206 -> 0.799 ms,
     # fp8 KV 1.519 -> 1.120; same run)
+    # ws_persistent, ws_paged_tma, ws_fp8 (H200, session 7, each against the config before it, same run): b8x2048
+    # causal 0.620 -> 0.553 ms (persistent), paged 0.715 -> 0.636 (persistent + paged TMA), fp8 q/k/v b8x2048 causal
+    # 0.799 -> 0.636 and b4x4096 2.331 -> 1.587 (ws_fp8); kernel/results/2026-12-03-h200-session7
     ("hopper", False): {
-        64: AttentionConfig(128, 64, 8, 3, pack_gqa=True, tma=True, warp_specialized=True, tma_key_major_v=True),
-        128: AttentionConfig(128, 64, 8, 3, pack_gqa=True, tma=True, warp_specialized=True, tma_key_major_v=True),
-        256: AttentionConfig(128, 64, 8, 2, pack_gqa=True, tma=True, warp_specialized=True, tma_key_major_v=True),
+        64: AttentionConfig(128, 64, 8, 3, **_HOPPER_PREFILL),
+        128: AttentionConfig(128, 64, 8, 3, **_HOPPER_PREFILL),
+        256: AttentionConfig(128, 64, 8, 2, **_HOPPER_PREFILL),
     },
     ("hopper", True): {
         # d64: 16x64 tiles with 5 stages took 0.083 ms vs 0.100 ms for 16x128 (b64 x 2048 paged, H200;

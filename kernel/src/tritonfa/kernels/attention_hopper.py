@@ -125,15 +125,17 @@ def key_major_v(v: torch.Tensor) -> torch.Tensor:
     return storage.view(v.dtype)
 
 
-def supports(q, k, v, out, paged: bool, features: dict, fp8: bool = False, quantize_q: bool = False) -> bool:
+def supports(
+    q, k, v, out, paged: bool, features: dict, fp8: bool = False, quantize_q: bool = False, fp8_paged: bool = False
+) -> bool:
     """Whether this path computes the call exactly as the portable kernel would (else the launcher falls back).
 
-    fp8: fp8 K/V may come here (config `ws_fp8`); quantize_q: a 16-bit q meeting them is rounded to fp8 per row
-    (config `fp8_q_for_fp8_kv`), as the portable kernel does with that option.
+    fp8: contiguous fp8 K/V may come here (config `ws_fp8`), fp8_paged: paged ones too (`ws_fp8_paged`); quantize_q:
+    a 16-bit q meeting them is rounded to fp8 per row (config `fp8_q_for_fp8_kv`), as the portable kernel does.
     """
     if not HAS_GLUON:
         return False
-    if k.dtype == v.dtype == FP8_E4M3 and fp8:
+    if k.dtype == v.dtype == FP8_E4M3 and fp8 and (fp8_paged or not paged):
         # D <= 128: O and one block's P@V both live in registers
         fp8_q = q.dtype == FP8_E4M3 or (quantize_q and q.dtype in SIXTEEN_BIT)
         if not fp8_q or q.shape[-1] > 128 or out.dtype not in SIXTEEN_BIT:
