@@ -1,12 +1,13 @@
 """Hopper fast path: warp-specialized prefill in Gluon (TMA producer warp, async wgmma consumers).
 
 Scope: contiguous (varlen) or paged K/V, 16-bit q/k/v of one dtype, head size 64/128/256 (equal for K and V),
-causal or no mask, GQA, optional lse; with config `ws_fp8`, also fp8 (e4m3) K/V, contiguous or paged, with an fp8
-q or a 16-bit q quantized here (config `fp8_q_for_fp8_kv`), D <= 128, with descales. Everything else (windows,
-softcap, ALiBi, bias, sinks, decode tiles) stays on the portable kernel in `attention.py`, which is also this
-kernel's CPU/ROCm twin: Gluon does not run in Triton's interpreter, so the GPU suite tests this file against the
-same reference. Opt-in schedules: paged K/V through TMA boxes (`ws_paged_tma`), a persistent grid
-(`ws_persistent`: `PERSISTENT`, one program per SM walking the tiles).
+causal or no mask, GQA, optional lse; with config `ws_fp8` (Hopper default), also fp8 (e4m3) K/V, contiguous (paged
+only with the opt-in `ws_fp8_paged`: it hung on the H200), with an fp8 q or a 16-bit q quantized here (config
+`fp8_q_for_fp8_kv`), D <= 128, with descales. Everything else (windows, softcap, ALiBi, bias, sinks, decode tiles)
+stays on the portable kernel in `attention.py`, which is also this kernel's CPU/ROCm twin: Gluon does not run in
+Triton's interpreter, so the GPU suite tests this file against the same reference. Schedules (config): paged K/V
+through TMA boxes (`ws_paged_tma`, else cp.async gathers), a persistent grid (`ws_persistent`: `PERSISTENT`, one
+program per SM walking the tiles, D <= 128); both on by default on Hopper.
 
 fp8 (`FP8`): the fp8 wgmma reads both operands K-major, so V comes from a key-major copy ([Hk * D, keys], tiles
 [D, BLOCK_N]; paged: transposed by the gathering producer); P comes out of exp2 scaled by 2^P_SCALE_LOG2
