@@ -43,7 +43,8 @@ class AttentionConfig:
     # with warp_specialized: contiguous fp8 K/V (D <= 128; q fp8, or 16-bit with fp8_q_for_fp8_kv) go there too
     ws_fp8: bool = False
     # with ws_fp8: paged fp8 K/V too (V gathered and transposed by the producer warps). Opt-in: it hung on the H200
-    # (session 7, every paged fp8 test), so vLLM's fp8 cache stays on the portable kernel until that is fixed
+    # (session 7: V's ready barrier expected 128 arrivals, got 1; fixed, not yet re-run), so vLLM's fp8 cache stays
+    # on the portable kernel until it has run
     ws_fp8_paged: bool = False
     ws_fp8_two_level: bool = True  # fp8 P@V: each block's product added to O in fp32, not chained in the MMA
     ws_stages: int = 0  # K/V ring slots of the Gluon prefill; 0 = attention_hopper.tiles_for's (2)

@@ -1010,8 +1010,10 @@ if HAS_GLUON:
         BLOCK_M: gl.constexpr = q_desc.block_type.shape[0]
         HEAD_DIM: gl.constexpr = q_desc.block_type.shape[1]
         GATHER: gl.constexpr = PAGED and not PAGED_TMA
-        # TMA: one expect-tx arrival per slot; cp.async gathers: every producer thread's arrival
+        # TMA: one expect-tx arrival per slot; cp.async gathers: every producer thread's arrival. Gathered fp8 V is
+        # transposed by the producer warps, which then arrive once (mbarrier.arrive: one thread of the partition)
         READY_COUNT: gl.constexpr = 32 * PAGED_PRODUCER_WARPS if GATHER else 1
+        V_READY_COUNT: gl.constexpr = 1 if FP8 else READY_COUNT
         ZERO_TAIL: gl.constexpr = not GATHER  # cp.async gathers zero-fill keys past the sequence themselves
         # a TMA producer is one warp issuing copies; a gathering one computes addresses (4 warps)
         PRODUCER_WARPS: gl.constexpr = PAGED_PRODUCER_WARPS if GATHER else 1
@@ -1047,7 +1049,7 @@ if HAS_GLUON:
                 mbarrier.init(q_empty.index(i), count=2)  # both consumer warpgroups hand a Q buffer back
             for i in gl.static_range(STAGES):
                 mbarrier.init(k_ready.index(i), count=READY_COUNT)
-                mbarrier.init(v_ready.index(i), count=READY_COUNT)
+                mbarrier.init(v_ready.index(i), count=V_READY_COUNT)
                 mbarrier.init(kv_empty.index(i), count=2)
             gl.warp_specialize(
                 [
@@ -1147,11 +1149,12 @@ if HAS_GLUON:
                 mbarrier.init(turns.index(0), count=1)
                 mbarrier.init(turns.index(1), count=1)
                 mbarrier.init(q_ready, count=1)
-                # TMA: one expect-tx arrival per slot; cp.async gathers: every producer thread's arrival
+                # as in attention_fwd_hopper_kernel: per producer thread for cp.async, one for TMA and fp8's transpose
                 READY_COUNT: gl.constexpr = 32 * PAGED_PRODUCER_WARPS if GATHER else 1
+                V_READY_COUNT: gl.constexpr = 1 if FP8 else READY_COUNT
                 for i in gl.static_range(STAGES):
                     mbarrier.init(k_ready.index(i), count=READY_COUNT)
-                    mbarrier.init(v_ready.index(i), count=READY_COUNT)
+                    mbarrier.init(v_ready.index(i), count=V_READY_COUNT)
                     mbarrier.init(kv_empty.index(i), count=2)  # both consumer warpgroups hand a slot back
                 qk_scale, out_scale = _scales(softmax_scale, seq, kv_head, q_descale_ptr, k_descale_ptr, v_descale_ptr,
                                               stride_qdesc_seq, stride_qdesc_head, stride_kdesc_seq, stride_kdesc_head,
