@@ -108,7 +108,12 @@ def native_fp8_dot(arch: str, dtype: torch.dtype) -> bool:
 
 
 _HOPPER_PREFILL = dict(
-    pack_gqa=True, tma=True, tma_key_major_v=True, warp_specialized=True, ws_persistent=True, ws_paged_tma=True,
+    pack_gqa=True,
+    tma=True,
+    tma_key_major_v=True,
+    warp_specialized=True,
+    ws_persistent=True,
+    ws_paged_tma=True,
     ws_fp8=True,
 )
 
