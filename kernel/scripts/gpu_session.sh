@@ -5,9 +5,13 @@
 # STEPS (comma-separated, default probe,variants,verify):
 #   probe                  paging probe
 #   variants               config variants (A/B) of VARIANT_PLANS (default prefill,decode,mixed)
-#   variants:PLAN:ONLY:VARIANTS  one variants.py call (ONLY and VARIANTS comma lists with '+' for ',')
+#   variants:PLAN:ONLY:VARIANTS  one variants.py call (ONLY and VARIANTS comma lists with '+' for ','), killed after
+#                          VARIANTS_TIMEOUT seconds (default 900)
 #   ws-tests               the warp-specialized Gluon prefill's own tests (Hopper; its opt-in paths included), killed
 #                          after WS_TESTS_TIMEOUT seconds (default 600) so a hung kernel cannot hold the session
+#   ws-tests:EXPR          only the tests that pytest's -k EXPR selects ('+' for ' '), xfail-marked ones run too
+#                          (--runxfail: e.g. a path marked as hanging, to check its fix), killed after
+#                          WS_TESTS_TIMEOUT seconds; log ws_tests_<step number>.log
 #   mask-cost              bounds on vs off (kernel/scripts/mask_cost.py, MASK_COST_ROUNDS rounds, default 3;
 #                          MASK_COST_CONFIG: TRITONFA_CONFIG for it)
 #   verify                 GPU test suite, memcheck, benchmark (gpu_verify.sh; PEER_PYTHONPATH / PEER_READY;
@@ -27,7 +31,9 @@ mkdir -p "$out"
 export PYTHONPATH="$PWD/kernel/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 {
   IFS=',' read -r -a step_list <<< "$steps"
+  n=0
   for step in "${step_list[@]}"; do
+    n=$((n + 1))
     echo "== $step $(date -u +%T) TRITONFA_CONFIG=${TRITONFA_CONFIG:-}"
     case "$step" in
       probe) python3 kernel/scripts/paging_probe.py 2>&1 | tee "$out/paging_probe.log" ;;
@@ -35,26 +41,36 @@ export PYTHONPATH="$PWD/kernel/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=
         tee -a "$out/variants.log" ;;
       variants:*)
         IFS=':' read -r _ plan only variants <<< "$step"
-        python3 kernel/scripts/variants.py --plan "$plan" --only "${only//+/,}" --variants "${variants//+/,}" \
-          --out "$out" 2>&1 | tee -a "$out/variants.log" ;;
+        timeout -s KILL "${VARIANTS_TIMEOUT:-900}" python3 kernel/scripts/variants.py --plan "$plan" \
+          --only "${only//+/,}" --variants "${variants//+/,}" --out "$out" 2>&1 | tee -a "$out/variants.log" ;;
       ws-tests)
         timeout -s KILL "${WS_TESTS_TIMEOUT:-600}" python3 -m pytest tests/kernel/test_hopper_warp_specialized.py \
           --device cuda -n 8 -v --tb=short -p no:cacheprovider -rfEs 2>&1 | tee "$out/ws_tests.log" | tail -n 30 ;;
+      ws-tests:*)
+        expr="${step#ws-tests:}"
+        timeout -s KILL "${WS_TESTS_TIMEOUT:-600}" python3 -m pytest tests/kernel/test_hopper_warp_specialized.py \
+          --device cuda -n 8 -v --tb=short -p no:cacheprovider -rfEs --runxfail -k "${expr//+/ }" 2>&1 |
+          tee "$out/ws_tests_$n.log" | tail -n 30 ;;
       mask-cost)  # MASK_COST_CONFIG: the TRITONFA_CONFIG of both sides (its patches cover the portable kernel)
         TRITONFA_CONFIG="${MASK_COST_CONFIG:-${TRITONFA_CONFIG:-}}" python3 kernel/scripts/mask_cost.py \
           --rounds "${MASK_COST_ROUNDS:-3}" --out "$out/mask_cost" 2>&1 | tail -n 30 ;;
       verify) bash kernel/scripts/gpu_verify.sh "$out" ;;
-      verify:*) VERIFY_PARTS="${step#verify:}" VERIFY_PARTS="${VERIFY_PARTS//+/ }" \
-        bash kernel/scripts/gpu_verify.sh "$out" ;;
+      verify:*)
+        parts="${step#verify:}"
+        VERIFY_PARTS="${parts//+/ }" bash kernel/scripts/gpu_verify.sh "$out" ;;
       await-config)
         config_file="${CONFIG_FILE:-$out/config.json}"
         for _ in $(seq "${AWAIT_CONFIG_S:-300}"); do [ -e "$config_file" ] && break; sleep 1; done
-        if [ -s "$config_file" ]; then export TRITONFA_CONFIG="$(cat "$config_file")"; fi
+        if [ -s "$config_file" ]; then
+          TRITONFA_CONFIG="$(cat "$config_file")"
+          export TRITONFA_CONFIG
+        fi
         echo "TRITONFA_CONFIG=${TRITONFA_CONFIG:-}" ;;
       vllm) PYTHONPATH="${PEER_PYTHONPATH:+$PEER_PYTHONPATH:}$PYTHONPATH" \
         bash integration/scripts/gpu_session.sh "$out" "${PEER_READY:-}" ;;
-      vllm:*) VLLM_STEPS="${step#vllm:}" VLLM_STEPS="${VLLM_STEPS//+/ }" \
-        PYTHONPATH="${PEER_PYTHONPATH:+$PEER_PYTHONPATH:}$PYTHONPATH" \
+      vllm:*)
+        parts="${step#vllm:}"
+        VLLM_STEPS="${parts//+/ }" PYTHONPATH="${PEER_PYTHONPATH:+$PEER_PYTHONPATH:}$PYTHONPATH" \
         bash integration/scripts/gpu_session.sh "$out" "${PEER_READY:-}" ;;
       *) echo "unknown step $step" ;;
     esac

@@ -49,6 +49,10 @@ PREFILL_VARIANTS = {
     "ws-p-fp32": {"ws_p_fp32": True},  # 16-bit P carried in fp32 to its P@V (sm_90 loop 489 -> 456 instructions)
     # fp8 with 64-key blocks: no spills (two-level P@V spills 24 instructions in the 128-key loop), 37% more per key
     "ws-fp8-bn64": {"ws_fp8": True, "fp8_q_for_fp8_kv": True, "ws_block_n": 64},
+    "ws-flat": {"ws_persistent": False},  # one program per tile (the persistent grid is the Hopper default)
+    "ws-fp8-paged": {"ws_fp8_paged": True},  # paged fp8 on the Gluon prefill (V transposed by the producer)
+    "ws-fp8-paged-q8": {"ws_fp8_paged": True, "fp8_q_for_fp8_kv": True},
+    "ws-pad-d": {"ws_pad_head_dim": True},  # head sizes like 96 in 128-wide Gluon tiles
 }
 DECODE_VARIANTS = {
     "default": {},

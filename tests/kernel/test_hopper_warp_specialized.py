@@ -235,6 +235,55 @@ def test_warp_specialized_paged_prefill_matches_reference(monkeypatch, kv_layout
     check_against_reference(inputs, atol, rtol, causal=False)
 
 
+@pytest.mark.skipif(not attention_hopper.HAS_GLUON, reason="this triton has no Gluon")
+def test_padded_head_sizes_are_planned_where_the_config_allows_them(monkeypatch):
+    monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"ws_pad_head_dim": True}}))
+    for head_size, tile in ((48, 64), (80, 128), (96, 128), (200, 256)):
+        inputs = make_inputs([40], [40], num_heads=(8, 2), head_size=head_size)
+        assert _plan(inputs) == [WS], head_size
+        constexprs = _constexprs(inputs)
+        assert constexprs["VALID_D"] == head_size and constexprs["PERSISTENT"] == (tile <= 128), head_size
+    paged = make_inputs([40], [40], num_heads=(8, 2), head_size=96, kv_layout="paged_kv_interleaved")
+    assert _plan(paged) == [WS]
+    assert not _constexprs(paged)["PAGED_TMA"], "a padded head's box would run into the next slot: gathers"
+    assert _plan(make_inputs([40], [40], num_heads=(8, 2), head_size=100)) == [PORTABLE], "not a multiple of 8"
+    fp8 = make_inputs([40], [40], num_heads=(8, 2), head_size=96, dtype=torch.float8_e4m3fn)
+    assert _plan(fp8) == [PORTABLE], "16-bit only"
+    assert _constexprs(make_inputs([40], [40], num_heads=(8, 2), head_size=128))["VALID_D"] == 128
+    monkeypatch.delenv("TRITONFA_CONFIG")
+    assert _plan(make_inputs([40], [40], num_heads=(8, 2), head_size=96)) == [PORTABLE], "opt-in"
+
+
+@pytest.mark.skipif(not (ON_HOPPER and attention_hopper.HAS_GLUON), reason="Gluon kernels run on a Hopper GPU only")
+@pytest.mark.parametrize("head_size", [48, 80, 96])
+@pytest.mark.parametrize("kv_layout", ["contiguous", "paged_kv_interleaved", "paged_heads_major"])
+@pytest.mark.parametrize("persistent", [False, True])
+def test_warp_specialized_padded_head_size_matches_reference(monkeypatch, head_size, kv_layout, persistent):
+    """Head sizes other than 64/128/256 in tiles of the next one (config `ws_pad_head_dim`): the boxes' extra
+    columns hold the next head's q/k/v (zeros past the last head), which must cancel; NaN rows after the last key
+    (contiguous) or in unused slots (paged); an empty sequence, rows that see no key. out is a view into a wider
+    buffer, so a column written past the head size shows in the buffer's guard columns."""
+    config = {"ws_pad_head_dim": True, "ws_persistent": persistent}
+    monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": config}))
+    seqlens_q = [scaled(1, 1), 0, 129, 300, scaled(17, 1000), 77]
+    seqlens_k = [scaled(1, 1), 5, 129, 200, scaled(17, 1000), 333]
+    inputs = make_inputs(seqlens_q, seqlens_k, num_heads=(8, 2), head_size=head_size, kv_layout=kv_layout)
+    if kv_layout == "contiguous":
+        nan_tail = torch.full((37, *inputs.k.shape[1:]), float("nan"), dtype=inputs.k.dtype, device=DEVICE)
+        inputs.k = torch.cat([inputs.k, nan_tail])
+        inputs.v = torch.cat([inputs.v, nan_tail])
+    assert _plan(inputs)[0] == WS and _constexprs(inputs)["PERSISTENT"] == persistent
+    atol, rtol = TOLERANCES[torch.bfloat16]
+    for causal in (True, False):
+        check_against_reference(inputs, atol, rtol, causal=causal)
+    guarded = torch.full((*inputs.q.shape[:2], 128), 7.0, dtype=inputs.q.dtype, device=DEVICE)
+    out = run_kernel(inputs, causal=True, out=guarded[..., :head_size])
+    assert out.data_ptr() == guarded.data_ptr()
+    assert torch.equal(guarded[..., head_size:], torch.full_like(guarded[..., head_size:], 7.0)), "guard overwritten"
+    ref = run_kernel(inputs, causal=True)
+    assert torch.equal(guarded[..., :head_size], ref), "the same bits as into a contiguous out"
+
+
 @pytest.mark.parametrize("layout", ["paged", "paged_kv_interleaved", "paged_heads_major", "padded_slots"])
 def test_paged_tma_view_addresses_every_key(layout):
     """paged_tma_view's rows: key p of block b, kv head h at row b * rows_per_block + h * rows_per_head + p, column

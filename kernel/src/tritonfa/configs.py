@@ -54,6 +54,9 @@ class AttentionConfig:
     ws_persistent: bool = False
     ws_p_fp32: bool = False  # Gluon prefill, 16-bit: P carried to its P@V in fp32 (fewer instructions, more registers)
     ws_block_n: int = 0  # Gluon prefill: keys per block, 64 or 128 (0: attention_hopper.tiles_for's)
+    # Gluon prefill: 16-bit head sizes other than 64/128/256 (multiples of 8, e.g. 80, 96) in tiles of the next of
+    # those instead of the portable kernel. Opt-in until the GPU suite has run it (written offline, cross-compiled)
+    ws_pad_head_dim: bool = False
 
     def launch_options(self, arch: str) -> dict:
         options = {"num_warps": self.num_warps, "num_stages": self.num_stages}

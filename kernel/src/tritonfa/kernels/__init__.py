@@ -226,6 +226,11 @@ def _hopper_prefill_specs() -> list[dict[str, Any]]:
     choices = [(*choice, 0) for choice in choices]
     # fp8 with 64-key blocks (config `ws_block_n`: no spills), contiguous and paged with a quantized q
     choices += [(128, True, True, paged, bf16, fp8, True, True, 0, False, 0, False, 64) for paged in (False, True)]
+    # padded head sizes (config `ws_pad_head_dim`): D 96 in 128-wide tiles, contiguous and gathered pages, persistent
+    # too; D 80 without a mask
+    choices += [(96, True, True, paged, bf16, bf16, False, True, 0, False, programs, False, 0)
+                for paged in (False, True) for programs in (0, 132)]  # fmt: skip
+    choices += [(80, False, True, False, bf16, bf16, False, True, 0, False, 0, False, 0)]
     specs = []
     for (
         head_dim,

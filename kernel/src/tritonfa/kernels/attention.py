@@ -822,7 +822,8 @@ def plan_attention(
         )  # fmt: skip
         quantize_q = quantizes_q(arch, prefill_config, q.dtype, k.dtype)
         if attention_hopper.supports(q, k, v, out, block_table is not None, features, prefill_config.ws_fp8,
-                                     quantize_q, prefill_config.ws_fp8_paged):  # fmt: skip
+                                     quantize_q, prefill_config.ws_fp8_paged,
+                                     prefill_config.ws_pad_head_dim):  # fmt: skip
             fast = functools.partial(
                 _plan_hopper_prefill, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table,
                 softmax_scale, window_right == 0, prefill_config, q_descale, k_descale, v_descale, quantize_q,

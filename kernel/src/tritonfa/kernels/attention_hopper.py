@@ -1,8 +1,9 @@
 """Hopper fast path: warp-specialized prefill in Gluon (TMA producer warp, async wgmma consumers).
 
-Scope: contiguous (varlen) or paged K/V, 16-bit q/k/v of one dtype, head size 64/128/256 (equal for K and V),
-causal or no mask, GQA, optional lse; with config `ws_fp8` (Hopper default), also fp8 (e4m3) K/V, contiguous (paged
-only with the opt-in `ws_fp8_paged`: it hung on the H200), with an fp8 q or a 16-bit q quantized here (config
+Scope: contiguous (varlen) or paged K/V, 16-bit q/k/v of one dtype, head size 64/128/256 (equal for K and V; with
+config `ws_pad_head_dim` also other multiples of 8, in tiles of the next of those), causal or no mask, GQA, optional
+lse; with config `ws_fp8` (Hopper default), also fp8 (e4m3) K/V, contiguous (paged only with the opt-in
+`ws_fp8_paged`: it hung on the H200, fixed since, not re-run), with an fp8 q or a 16-bit q quantized here (config
 `fp8_q_for_fp8_kv`), D <= 128, with descales. Everything else (windows, softcap, ALiBi, bias, sinks, decode tiles)
 stays on the portable kernel in `attention.py`, which is also this kernel's CPU/ROCm twin: Gluon does not run in
 Triton's interpreter, so the GPU suite tests this file against the same reference. Schedules (config): paged K/V
@@ -87,6 +88,11 @@ PRODUCER_REGS_FP8_GATHER = gl.constexpr(32) if HAS_GLUON else 32
 PERSISTENT_PRODUCER_REGS = gl.constexpr(56) if HAS_GLUON else 56
 
 
+def tile_head_dim(head_dim: int) -> int:
+    """The D of the Gluon prefill's tiles for a head size: 64, 128 or 256 (smaller ones are padded)."""
+    return 64 if head_dim <= 64 else 128 if head_dim <= 128 else 256
+
+
 def tiles_for(head_dim: int) -> tuple[int, int]:
     """(BLOCK_N, STAGES) per head size: Q + STAGES x (K + V) tiles + the output staging fit 227 KiB."""
     if head_dim <= 128:
@@ -126,13 +132,14 @@ def key_major_v(v: torch.Tensor) -> torch.Tensor:
     return storage.view(v.dtype)
 
 
-def supports(
-    q, k, v, out, paged: bool, features: dict, fp8: bool = False, quantize_q: bool = False, fp8_paged: bool = False
-) -> bool:
+def supports(q, k, v, out, paged: bool, features: dict, fp8: bool = False, quantize_q: bool = False,
+             fp8_paged: bool = False, pad_head_dim: bool = False) -> bool:  # fmt: skip
     """Whether this path computes the call exactly as the portable kernel would (else the launcher falls back).
 
     fp8: contiguous fp8 K/V may come here (config `ws_fp8`), fp8_paged: paged ones too (`ws_fp8_paged`); quantize_q:
     a 16-bit q meeting them is rounded to fp8 per row (config `fp8_q_for_fp8_kv`), as the portable kernel does.
+    pad_head_dim: 16-bit head sizes other than 64/128/256 (multiples of 8) run in tiles of the next of those
+    (config `ws_pad_head_dim`).
     """
     if not HAS_GLUON:
         return False
@@ -146,7 +153,10 @@ def supports(
     elif any(features.values()) or not (q.dtype == k.dtype == v.dtype and q.dtype in SIXTEEN_BIT):
         return False
     head_dim = q.shape[-1]
-    if head_dim not in (64, 128, 256) or k.shape[-1] != head_dim or v.shape[-1] != head_dim:
+    if k.shape[-1] != head_dim or v.shape[-1] != head_dim:
+        return False
+    padded = pad_head_dim and head_dim % 8 == 0 and head_dim < 256 and q.dtype in SIXTEEN_BIT and k.dtype == q.dtype
+    if head_dim not in (64, 128, 256) and not padded:
         return False
     if (out.dtype != q.dtype and q.dtype in SIXTEEN_BIT) or out.stride(2) != 1:
         return False
@@ -245,9 +255,10 @@ if HAS_GLUON:
                   seq_k_len, kv_head, stride_k_blk, stride_k_slot, stride_k_head, stride_v_blk, stride_v_slot,
                   stride_v_head, k_rows_per_block, k_rows_per_head, k_cols_per_head, v_rows_per_block,
                   v_rows_per_head, v_cols_per_head, num_blocks, it0, PAGED: gl.constexpr, PAGE_SIZE: gl.constexpr,
-                  PAGED_TMA: gl.constexpr, FP8: gl.constexpr, QUANTIZE_Q: gl.constexpr):  # fmt: skip
-        # it0: K/V blocks this program's producer has loaded before this tile (the ring's slot and phase go on)
-        HEAD_DIM: gl.constexpr = q_desc.block_type.shape[1]
+                  PAGED_TMA: gl.constexpr, FP8: gl.constexpr, QUANTIZE_Q: gl.constexpr,
+                  VALID_D: gl.constexpr):  # fmt: skip
+        # it0: K/V blocks this program's producer has loaded before this tile (the ring's slot and phase go on).
+        # VALID_D: the head size of q/k/v (<= the tiles' D; see _consumer)
         if PAGED_TMA:
             _produce_paged_tma(q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_ready, k_ready, v_ready, kv_empty,
                                q_row, q_col, block_table_ptr, seq, stride_bt_seq, num_cache_blocks, max_blocks,
@@ -262,10 +273,10 @@ if HAS_GLUON:
             _produce_paged(q_desc, q_smem, k_bufs, v_bufs, q_ready, k_ready, v_ready, kv_empty, q_row, q_col, k_ptr,
                            v_ptr, block_table_ptr, seq, stride_bt_seq, num_cache_blocks, max_blocks, seq_k_len,
                            kv_head, stride_k_blk, stride_k_slot, stride_k_head, stride_v_blk, stride_v_slot,
-                           stride_v_head, num_blocks, it0, PAGE_SIZE)  # fmt: skip
+                           stride_v_head, num_blocks, it0, PAGE_SIZE, VALID_D)  # fmt: skip
         else:
             _produce_tma(q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_ready, k_ready, v_ready, kv_empty, q_row,
-                         q_col, seq_k_start, kv_head * HEAD_DIM, num_blocks, it0, FP8, QUANTIZE_Q)  # fmt: skip
+                         q_col, seq_k_start, kv_head * VALID_D, num_blocks, it0, FP8, QUANTIZE_Q)  # fmt: skip
 
     @gluon.jit
     def _produce_tma(q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_ready, k_ready, v_ready, kv_empty,
@@ -341,9 +352,10 @@ if HAS_GLUON:
     def _produce_paged(q_desc, q_smem, k_bufs, v_bufs, q_ready, k_ready, v_ready, kv_empty, q_row, q_col,
                        k_ptr, v_ptr, block_table_ptr, seq, stride_bt_seq, num_cache_blocks, max_blocks, seq_k_len,
                        kv_head, stride_k_blk, stride_k_slot, stride_k_head, stride_v_blk, stride_v_slot,
-                       stride_v_head, num_blocks, it0, PAGE_SIZE: gl.constexpr):  # fmt: skip
+                       stride_v_head, num_blocks, it0, PAGE_SIZE: gl.constexpr, VALID_D: gl.constexpr):  # fmt: skip
         # Paged K/V: each page's rows gathered with 16-byte cp.async into the swizzled slot; every producer thread
-        # arrives on the ready barrier once its copies land. Keys past the sequence are zero-filled.
+        # arrives on the ready barrier once its copies land. Keys past the sequence are zero-filled, and so are the
+        # columns of a padded head (VALID_D < HEAD_DIM).
         STAGES: gl.constexpr = k_bufs.type.shape[0]
         BLOCK_N: gl.constexpr = k_bufs.type.shape[1]
         HEAD_DIM: gl.constexpr = k_bufs.type.shape[2]
@@ -366,6 +378,8 @@ if HAS_GLUON:
                 key0 = j * BLOCK_N + c * CHUNK
                 block_id = _page_block_id(table_row, key0 // PAGE_SIZE, max_blocks, num_cache_blocks)
                 valid = gl.expand_dims(key0 + o_row < seq_k_len, 1)
+                if VALID_D < HEAD_DIM:
+                    valid = valid & (o_d < VALID_D)
                 p_k = k_head + (block_id * stride_k_blk + (key0 % PAGE_SIZE) * stride_k_slot) + k_rows
                 _cp_async_load(k_bufs.index(s).slice(c * CHUNK, CHUNK), p_k, mask=valid)
             async_copy.mbarrier_arrive(k_ready.index(s), increment_count=False)
@@ -373,6 +387,8 @@ if HAS_GLUON:
                 key0 = j * BLOCK_N + c * CHUNK
                 block_id = _page_block_id(table_row, key0 // PAGE_SIZE, max_blocks, num_cache_blocks)
                 valid = gl.expand_dims(key0 + o_row < seq_k_len, 1)
+                if VALID_D < HEAD_DIM:
+                    valid = valid & (o_d < VALID_D)
                 p_v = v_head + (block_id * stride_v_blk + (key0 % PAGE_SIZE) * stride_v_slot) + v_rows
                 _cp_async_load(v_bufs.index(s).slice(c * CHUNK, CHUNK), p_v, mask=valid)
             async_copy.mbarrier_arrive(v_ready.index(s), increment_count=False)
@@ -605,6 +621,17 @@ if HAS_GLUON:
         _thread_barrier()  # every warp's rows before the warpgroup's P@V
 
     @gluon.jit
+    def _zero_cols_from(tile, first_col, num_warps: gl.constexpr):
+        # _zero_rows_from for columns: a padded head's columns past its size
+        COLS: gl.constexpr = tile.type.shape[1]
+        layout: gl.constexpr = gl.BlockedLayout([1, 8], [32 // (COLS // 8), COLS // 8], [num_warps, 1], [1, 0])
+        cols = gl.arange(0, COLS, layout=gl.SliceLayout(0, layout))
+        values = tile.load(layout)
+        tile.store(gl.where(gl.expand_dims(cols < first_col, 0), values, gl.zeros_like(values)))
+        fence_async_shared()  # the generic-proxy stores before the wgmma's async-proxy reads
+        _thread_barrier()  # every warp's rows before the warpgroup's QK
+
+    @gluon.jit
     def _zero_keys_outside(tile, key0, seq_k_len, num_warps: gl.constexpr):
         # _zero_rows_from for a key-major fp8 V slot [D, BLOCK_N] whose first column is key key0 of the sequence:
         # column c holds key key0 + 16 (c // 16) + FP8_KEY_ORDER[c % 16]; zero those outside [0, seq_k_len)
@@ -647,8 +674,10 @@ if HAS_GLUON:
                   ROWS: gl.constexpr, CAUSAL: gl.constexpr, PINGPONG: gl.constexpr, RETURN_LSE: gl.constexpr,
                   ZERO_TAIL: gl.constexpr, FP8: gl.constexpr, P_SCALE_LOG2: gl.constexpr, TWO_LEVEL: gl.constexpr,
                   QUANTIZE_Q: gl.constexpr, Q_MAX: gl.constexpr, num_warps: gl.constexpr, it0=0, turn0=0,
-                  q_phase=0, CARRY_F32: gl.constexpr = False):  # fmt: skip
+                  q_phase=0, CARRY_F32: gl.constexpr = False, VALID_D: gl.constexpr = 0):  # fmt: skip
         # This warpgroup's ROWS query rows start at row ROW0 of the tile; both warpgroups walk the tile's blocks.
+        # VALID_D < HEAD_DIM: a head size padded to the tiles' width. The boxes' extra columns hold the next head's
+        # values (zeros past the last head): zeroed in Q, so K's cancel in QK; O's are not stored.
         # it0 / turn0 / q_phase: K/V blocks, wgmma turns and Q loads of this program's earlier tiles (persistent).
         # FP8: V slots are key-major, P and l are scaled by 2^P_SCALE_LOG2, O takes out_scale (V's descale).
         q_smem = q_tile_smem.slice(ROW0, ROWS, dim=0)
@@ -694,6 +723,8 @@ if HAS_GLUON:
             qk_scale = gl.convert_layout(row_scale, row_layout) * qk_scale
         else:
             mbarrier.wait(q_ready, q_phase)
+            if VALID_D > 0 and VALID_D < HEAD_DIM:
+                _zero_cols_from(q_smem, VALID_D, num_warps)
         # block 0: S_0 alone (nothing to overlap with yet)
         s0 = it0 % STAGES
         mbarrier.wait(k_ready.index(s0), (it0 // STAGES) & 1)
@@ -763,7 +794,10 @@ if HAS_GLUON:
         o_d = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, store_layout))
         i_tok = (seq_q_start + o_row).to(gl.int64)
         p_o = out_ptr + gl.expand_dims(i_tok * stride_o_tok, 1) + q_head * stride_o_head + gl.expand_dims(o_d, 0)
-        gl.store(p_o, b_out, mask=gl.expand_dims(o_row < seq_q_len, 1))
+        if VALID_D > 0 and VALID_D < HEAD_DIM:
+            gl.store(p_o, b_out, mask=gl.expand_dims(o_row < seq_q_len, 1) & gl.expand_dims(o_d < VALID_D, 0))
+        else:
+            gl.store(p_o, b_out, mask=gl.expand_dims(o_row < seq_q_len, 1))
         if RETURN_LSE:
             m_lse = m_i
             if P_SCALE_LOG2 != 0:
@@ -781,13 +815,13 @@ if HAS_GLUON:
                           RETURN_LSE: gl.constexpr, ZERO_TAIL: gl.constexpr, FP8: gl.constexpr,
                           P_SCALE_LOG2: gl.constexpr, TWO_LEVEL: gl.constexpr, QUANTIZE_Q: gl.constexpr,
                           Q_MAX: gl.constexpr, num_warps: gl.constexpr, it0, turn0, q_phase,
-                          CARRY_F32: gl.constexpr):  # fmt: skip
+                          CARRY_F32: gl.constexpr, VALID_D: gl.constexpr):  # fmt: skip
         # the default partition of gl.warp_specialize must return a tuple
         _consumer(q_tile_smem, k_bufs, v_bufs, q_ready, k_ready, v_ready, kv_empty, turns, q_ptr, out_ptr, lse_ptr,
                   seq_q_start, seq_q_len, q_tile_start, q_head, seq_k_len, num_blocks, key_shift, qk_scale, out_scale,
                   stride_q_tok, stride_q_head, stride_o_tok, stride_o_head, stride_lse_head, ROW0, ROWS, CAUSAL,
                   PINGPONG, RETURN_LSE, ZERO_TAIL, FP8, P_SCALE_LOG2, TWO_LEVEL, QUANTIZE_Q, Q_MAX, num_warps, it0,
-                  turn0, q_phase, CARRY_F32)  # fmt: skip
+                  turn0, q_phase, CARRY_F32, VALID_D)  # fmt: skip
         return ()
 
     @gluon.jit
@@ -820,11 +854,10 @@ if HAS_GLUON:
                              v_cols_per_head, n_tile_slots, num_q_heads, GROUP: gl.constexpr, CAUSAL: gl.constexpr,
                              PAGED: gl.constexpr, PAGE_SIZE: gl.constexpr, PAGED_TMA: gl.constexpr,
                              HAS_SEQUSED: gl.constexpr, SEQ_FILTER: gl.constexpr, DECODE_MAX_Q: gl.constexpr,
-                             FP8: gl.constexpr, QUANTIZE_Q: gl.constexpr):  # fmt: skip
+                             FP8: gl.constexpr, QUANTIZE_Q: gl.constexpr, VALID_D: gl.constexpr):  # fmt: skip
         # The producer's walk over this program's work items: Q into the next of Q_BUFS buffers once the consumers
         # are done with it, K/V blocks into the ring, whose slots and phases run on from tile to tile.
         BLOCK_M: gl.constexpr = q_desc.block_type.shape[0]
-        HEAD_DIM: gl.constexpr = q_desc.block_type.shape[1]
         BLOCK_N: gl.constexpr = k_bufs.type.shape[1]
         Q_BUFS: gl.constexpr = q_bufs.type.shape[0]
         it = gl.program_id(0) * 0  # K/V blocks loaded so far
@@ -841,12 +874,12 @@ if HAS_GLUON:
                 if not QUANTIZE_Q:
                     mbarrier.wait(q_empty.index(qb), ((items // Q_BUFS) & 1) ^ 1)
                 _producer(q_desc, k_desc, v_desc, q_bufs.index(qb), k_bufs, v_bufs, v_stage, q_ready.index(qb), k_ready,
-                          v_ready, kv_empty, seq_q_start + q_tile_start, q_head * HEAD_DIM, seq_k_start - key_shift,
+                          v_ready, kv_empty, seq_q_start + q_tile_start, q_head * VALID_D, seq_k_start - key_shift,
                           k_ptr, v_ptr, block_table_ptr, seq, stride_bt_seq, num_cache_blocks, max_blocks, seq_k_len,
                           q_head // GROUP, stride_k_blk, stride_k_slot, stride_k_head, stride_v_blk, stride_v_slot,
                           stride_v_head, k_rows_per_block, k_rows_per_head, k_cols_per_head, v_rows_per_block,
                           v_rows_per_head, v_cols_per_head, num_blocks, it, PAGED, PAGE_SIZE, PAGED_TMA, FP8,
-                          QUANTIZE_Q)  # fmt: skip
+                          QUANTIZE_Q, VALID_D)  # fmt: skip
                 it += num_blocks
                 items += 1
 
@@ -863,7 +896,7 @@ if HAS_GLUON:
                              DECODE_MAX_Q: gl.constexpr, FP8: gl.constexpr, P_SCALE_LOG2: gl.constexpr,
                              TWO_LEVEL: gl.constexpr, QUANTIZE_Q: gl.constexpr, Q_MAX: gl.constexpr,
                              HAS_Q_DESCALE: gl.constexpr, HAS_K_DESCALE: gl.constexpr, HAS_V_DESCALE: gl.constexpr,
-                             num_warps: gl.constexpr, CARRY_F32: gl.constexpr):  # fmt: skip
+                             num_warps: gl.constexpr, CARRY_F32: gl.constexpr, VALID_D: gl.constexpr):  # fmt: skip
         # A consumer warpgroup's walk over the same work items as the producer: each tile as in the non-persistent
         # kernel (_consumer), its ring blocks, wgmma turns and Q buffer counted on from the tiles before.
         BLOCK_M: gl.constexpr = q_bufs.type.shape[1]
@@ -882,7 +915,8 @@ if HAS_GLUON:
             if process:
                 if num_blocks == 0:
                     _store_empty(out_ptr, lse_ptr, seq_q_start, seq_q_len, q_tile_start + ROW0, q_head, stride_o_tok,
-                                 stride_o_head, stride_lse_head, ROWS, HEAD_DIM, RETURN_LSE, num_warps)  # fmt: skip
+                                 stride_o_head, stride_lse_head, ROWS, HEAD_DIM, RETURN_LSE, num_warps,
+                                 VALID_D)  # fmt: skip
                 else:
                     qk_scale, out_scale = _scales(softmax_scale, seq, q_head // GROUP, q_descale_ptr, k_descale_ptr,
                                                   v_descale_ptr, stride_qdesc_seq, stride_qdesc_head, stride_kdesc_seq,
@@ -894,7 +928,7 @@ if HAS_GLUON:
                               num_blocks, key_shift, qk_scale, out_scale, stride_q_tok, stride_q_head, stride_o_tok,
                               stride_o_head, stride_lse_head, ROW0, ROWS, CAUSAL, PINGPONG, RETURN_LSE, ZERO_TAIL,
                               FP8, P_SCALE_LOG2, TWO_LEVEL, QUANTIZE_Q, Q_MAX, num_warps, it, it + items,
-                              (items // Q_BUFS) & 1, CARRY_F32)  # fmt: skip
+                              (items // Q_BUFS) & 1, CARRY_F32, VALID_D)  # fmt: skip
                     mbarrier.arrive(q_empty.index(qb), count=1)  # this warpgroup's QK wgmmas are done with it
                     it += num_blocks
                     items += 1
@@ -914,7 +948,7 @@ if HAS_GLUON:
                                      TWO_LEVEL: gl.constexpr, QUANTIZE_Q: gl.constexpr, Q_MAX: gl.constexpr,
                                      HAS_Q_DESCALE: gl.constexpr, HAS_K_DESCALE: gl.constexpr,
                                      HAS_V_DESCALE: gl.constexpr, num_warps: gl.constexpr,
-                                     CARRY_F32: gl.constexpr):  # fmt: skip
+                                     CARRY_F32: gl.constexpr, VALID_D: gl.constexpr):  # fmt: skip
         _consumer_persistent(q_bufs, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, kv_empty, turns, q_ptr,
                              out_ptr, lse_ptr, cu_seqlens_q_ptr, cu_seqlens_k_ptr, seqused_k_ptr, q_descale_ptr,
                              k_descale_ptr, v_descale_ptr, num_seqs, total_q, total_k, max_blocks, softmax_scale,
@@ -923,7 +957,7 @@ if HAS_GLUON:
                              stride_vdesc_seq, stride_vdesc_head, n_tile_slots, num_q_heads, GROUP, ROW0, ROWS, CAUSAL,
                              PINGPONG, RETURN_LSE, ZERO_TAIL, PAGED, PAGE_SIZE, HAS_SEQUSED, SEQ_FILTER,
                              DECODE_MAX_Q, FP8, P_SCALE_LOG2, TWO_LEVEL, QUANTIZE_Q, Q_MAX, HAS_Q_DESCALE,
-                             HAS_K_DESCALE, HAS_V_DESCALE, num_warps, CARRY_F32)  # fmt: skip
+                             HAS_K_DESCALE, HAS_V_DESCALE, num_warps, CARRY_F32, VALID_D)  # fmt: skip
         return ()
 
     # Lengths, counts and the widths they set (block table, lse rows) change per batch: not specialized, so a new
@@ -1005,6 +1039,7 @@ if HAS_GLUON:
         P_CARRY_F32: gl.constexpr,  # 16-bit P carried to its P@V in fp32, converted there (see _to_p)
         PERSISTENT: gl.constexpr,  # one program per SM slot walks (tile slot, q head) items; grid (programs,)
         Q_BUFS: gl.constexpr,  # PERSISTENT: Q buffers (2: the next tile's Q loads during this one)
+        VALID_D: gl.constexpr,  # q/k/v's head size: D of the tiles (64/128/256) or less, padded (see _consumer)
         num_warps: gl.constexpr,
     ):
         BLOCK_M: gl.constexpr = q_desc.block_type.shape[0]
@@ -1061,7 +1096,8 @@ if HAS_GLUON:
                         stride_qdesc_head, stride_kdesc_seq, stride_kdesc_head, stride_vdesc_seq, stride_vdesc_head,
                         n_tile_slots, num_q_heads, GROUP, FIRST, HALF, CAUSAL, PINGPONG, RETURN_LSE, ZERO_TAIL,
                         PAGED, PAGE_SIZE, HAS_SEQUSED, SEQ_FILTER, DECODE_MAX_Q, FP8, P_SCALE_LOG2, TWO_LEVEL,
-                        QUANTIZE_Q, Q_MAX, HAS_Q_DESCALE, HAS_K_DESCALE, HAS_V_DESCALE, num_warps, P_CARRY_F32)),
+                        QUANTIZE_Q, Q_MAX, HAS_Q_DESCALE, HAS_K_DESCALE, HAS_V_DESCALE, num_warps, P_CARRY_F32,
+                        VALID_D)),
                     (_consumer_persistent, (
                         q_bufs, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, kv_empty, turns, q_ptr, out_ptr,
                         lse_ptr, cu_seqlens_q_ptr, cu_seqlens_k_ptr, seqused_k_ptr, q_descale_ptr, k_descale_ptr,
@@ -1070,7 +1106,8 @@ if HAS_GLUON:
                         stride_qdesc_head, stride_kdesc_seq, stride_kdesc_head, stride_vdesc_seq, stride_vdesc_head,
                         n_tile_slots, num_q_heads, GROUP, HALF, HALF, CAUSAL, PINGPONG, RETURN_LSE, ZERO_TAIL,
                         PAGED, PAGE_SIZE, HAS_SEQUSED, SEQ_FILTER, DECODE_MAX_Q, FP8, P_SCALE_LOG2, TWO_LEVEL,
-                        QUANTIZE_Q, Q_MAX, HAS_Q_DESCALE, HAS_K_DESCALE, HAS_V_DESCALE, num_warps, P_CARRY_F32)),
+                        QUANTIZE_Q, Q_MAX, HAS_Q_DESCALE, HAS_K_DESCALE, HAS_V_DESCALE, num_warps, P_CARRY_F32,
+                        VALID_D)),
                     (_producer_persistent, (
                         q_desc, k_desc, v_desc, q_bufs, k_bufs, v_bufs, v_stage, q_ready, q_empty, k_ready, v_ready,
                         kv_empty,
@@ -1079,7 +1116,7 @@ if HAS_GLUON:
                         stride_k_head, stride_v_blk, stride_v_slot, stride_v_head, k_rows_per_block,
                         k_rows_per_head, k_cols_per_head, v_rows_per_block, v_rows_per_head, v_cols_per_head,
                         n_tile_slots, num_q_heads, GROUP, CAUSAL, PAGED, PAGE_SIZE, PAGED_TMA, HAS_SEQUSED,
-                        SEQ_FILTER, DECODE_MAX_Q, FP8, QUANTIZE_Q)),
+                        SEQ_FILTER, DECODE_MAX_Q, FP8, QUANTIZE_Q, VALID_D)),
                 ],
                 [num_warps, PRODUCER_WARPS],
                 [WORKER_REGS, PERSISTENT_PRODUCER_REGS if not GATHER else PRODUCER_REGS_],
@@ -1095,7 +1132,7 @@ if HAS_GLUON:
                           stride_vdesc_seq, stride_vdesc_head, GROUP, CAUSAL, PINGPONG, RETURN_LSE, PAGED,
                           PAGE_SIZE, PAGED_TMA, BLOCK_N, HAS_SEQUSED, SEQ_FILTER, DECODE_MAX_Q, STAGES, FP8,
                           P_SCALE_LOG2, TWO_LEVEL, QUANTIZE_Q, Q_MAX, HAS_Q_DESCALE, HAS_K_DESCALE, HAS_V_DESCALE,
-                          P_CARRY_F32, num_warps)  # fmt: skip
+                          P_CARRY_F32, num_warps, VALID_D)  # fmt: skip
 
     @gluon.jit
     def _tile_program(q_desc, k_desc, v_desc, q_ptr, k_ptr, v_ptr, out_ptr, lse_ptr, cu_seqlens_q_ptr,
@@ -1112,7 +1149,7 @@ if HAS_GLUON:
                       FP8: gl.constexpr, P_SCALE_LOG2: gl.constexpr, TWO_LEVEL: gl.constexpr,
                       QUANTIZE_Q: gl.constexpr, Q_MAX: gl.constexpr, HAS_Q_DESCALE: gl.constexpr,
                       HAS_K_DESCALE: gl.constexpr, HAS_V_DESCALE: gl.constexpr, P_CARRY_F32: gl.constexpr,
-                      num_warps: gl.constexpr):  # fmt: skip
+                      num_warps: gl.constexpr, VALID_D: gl.constexpr):  # fmt: skip
         # One program per (q head, q tile slot): grid (Hq, slots)
         BLOCK_M: gl.constexpr = q_desc.block_type.shape[0]
         HEAD_DIM: gl.constexpr = q_desc.block_type.shape[1]
@@ -1128,7 +1165,8 @@ if HAS_GLUON:
         if process:
             if num_blocks == 0:
                 _store_empty(out_ptr, lse_ptr, seq_q_start, seq_q_len, q_tile_start, q_head, stride_o_tok,
-                             stride_o_head, stride_lse_head, BLOCK_M, HEAD_DIM, RETURN_LSE, num_warps)  # fmt: skip
+                             stride_o_head, stride_lse_head, BLOCK_M, HEAD_DIM, RETURN_LSE, num_warps,
+                             VALID_D)  # fmt: skip
             else:
                 q_smem = gl.allocate_shared_memory(q_desc.dtype, q_desc.block_type.shape, q_desc.layout)
                 k_bufs = gl.allocate_shared_memory(k_desc.dtype, [STAGES, BLOCK_N, HEAD_DIM], k_desc.layout)
@@ -1178,20 +1216,21 @@ if HAS_GLUON:
                                              seq_k_len, num_blocks, key_shift, qk_scale, out_scale, stride_q_tok,
                                              stride_q_head, stride_o_tok, stride_o_head, stride_lse_head, FIRST,
                                              HALF, CAUSAL, PINGPONG, RETURN_LSE, ZERO_TAIL, FP8, P_SCALE_LOG2,
-                                             TWO_LEVEL, QUANTIZE_Q, Q_MAX, num_warps, 0, 0, 0, P_CARRY_F32)),
+                                             TWO_LEVEL, QUANTIZE_Q, Q_MAX, num_warps, 0, 0, 0, P_CARRY_F32,
+                                             VALID_D)),
                         (_consumer, (q_smem, k_bufs, v_bufs, q_ready, k_ready, v_ready, kv_empty, turns, q_ptr,
                                      out_ptr, lse_ptr, seq_q_start, seq_q_len, q_tile_start, q_head, seq_k_len,
                                      num_blocks, key_shift, qk_scale, out_scale, stride_q_tok, stride_q_head,
                                      stride_o_tok, stride_o_head, stride_lse_head, HALF, HALF, CAUSAL, PINGPONG,
                                      RETURN_LSE, ZERO_TAIL, FP8, P_SCALE_LOG2, TWO_LEVEL, QUANTIZE_Q, Q_MAX,
-                                     num_warps, 0, 0, 0, P_CARRY_F32)),
+                                     num_warps, 0, 0, 0, P_CARRY_F32, VALID_D)),
                         (_producer, (q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, v_stage, q_ready, k_ready, v_ready,
-                                     kv_empty, seq_q_start + q_tile_start, q_head * HEAD_DIM, seq_k_start - key_shift,
+                                     kv_empty, seq_q_start + q_tile_start, q_head * VALID_D, seq_k_start - key_shift,
                                      k_ptr, v_ptr, block_table_ptr, seq, stride_bt_seq, num_cache_blocks, max_blocks,
                                      seq_k_len, kv_head, stride_k_blk, stride_k_slot, stride_k_head, stride_v_blk,
                                      stride_v_slot, stride_v_head, k_rows_per_block, k_rows_per_head,
                                      k_cols_per_head, v_rows_per_block, v_rows_per_head, v_cols_per_head,
-                                     num_blocks, 0, PAGED, PAGE_SIZE, PAGED_TMA, FP8, QUANTIZE_Q)),
+                                     num_blocks, 0, PAGED, PAGE_SIZE, PAGED_TMA, FP8, QUANTIZE_Q, VALID_D)),
                     ],
                     [num_warps, PRODUCER_WARPS],
                     [WORKER_REGS, PRODUCER_REGS_],
@@ -1200,15 +1239,19 @@ if HAS_GLUON:
     @gluon.jit
     def _store_empty(out_ptr, lse_ptr, seq_q_start, seq_q_len, q_tile_start, q_head, stride_o_tok, stride_o_head,
                      stride_lse_head, BLOCK_M: gl.constexpr, HEAD_DIM: gl.constexpr, RETURN_LSE: gl.constexpr,
-                     num_warps: gl.constexpr):  # fmt: skip
-        # A tile whose rows see no key at all: output 0, lse -inf (as the portable kernel).
+                     num_warps: gl.constexpr, VALID_D: gl.constexpr):  # fmt: skip
+        # A tile whose rows see no key at all: output 0, lse -inf (as the portable kernel). VALID_D: out's head size
+        # (<= HEAD_DIM, the tiles' width).
         layout: gl.constexpr = gl.BlockedLayout([1, 8], [32 // (HEAD_DIM // 8), HEAD_DIM // 8], [num_warps, 1], [1, 0])
         o_row = q_tile_start + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, layout))
         o_d = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, layout))
         i_tok = (seq_q_start + o_row).to(gl.int64)
         p_o = out_ptr + gl.expand_dims(i_tok * stride_o_tok, 1) + q_head * stride_o_head + gl.expand_dims(o_d, 0)
         zeros = gl.zeros([BLOCK_M, HEAD_DIM], out_ptr.dtype.element_ty, layout)
-        gl.store(p_o, zeros, mask=gl.expand_dims(o_row < seq_q_len, 1))
+        if VALID_D < HEAD_DIM:
+            gl.store(p_o, zeros, mask=gl.expand_dims(o_row < seq_q_len, 1) & gl.expand_dims(o_d < VALID_D, 0))
+        else:
+            gl.store(p_o, zeros, mask=gl.expand_dims(o_row < seq_q_len, 1))
         if RETURN_LSE:
             row_layout: gl.constexpr = gl.SliceLayout(1, layout)
             lse = gl.full([BLOCK_M], float("-inf"), gl.float32, row_layout)
@@ -1231,7 +1274,8 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
     tensor: 32 fewer instructions per block at D 128, 32 more registers; D <= 128, not with gathered pages nor the
     persistent grid, where it spills). block_n: keys per block (0: tiles_for's).
     """
-    total_q, num_q_heads, head_dim = q.shape
+    total_q, num_q_heads, valid_d = q.shape
+    head_dim = tile_head_dim(valid_d)  # the tiles' D; a smaller head size is padded (supports' pad_head_dim)
     paged = block_table is not None
     fp8 = is_fp8(k.dtype)
     num_kv_heads = k.shape[-2]
@@ -1242,7 +1286,9 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
     stages = stages or default_stages
 
     def descriptor(t: torch.Tensor, rows: int) -> GluonTensorDescriptor:
-        flat_shape = [t.shape[0], t.shape[1] * head_dim]
+        # [tokens, heads * D] in boxes [rows, tile D]: a padded head's box runs into the next head (zeros past the
+        # last one), which the kernel cancels (see _consumer)
+        flat_shape = [t.shape[0], t.shape[1] * valid_d]
         layout = _smem_layout(rows, head_dim, t.dtype)
         return GluonTensorDescriptor(t, flat_shape, [t.stride(0), 1], [rows, head_dim], layout)
 
@@ -1252,7 +1298,9 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
         kv_strides = (k.stride(0), k.stride(1), k.stride(2), v.stride(0), v.stride(1), v.stride(2))
         total_k = 0
         # fp8 V is transposed by the gathering producer: no TMA boxes for fp8 pages
-        views = (paged_tma_view(k), paged_tma_view(v)) if paged_tma and not fp8 else (None, None)
+        # a padded head's box would run into the next slot (unused slots hold anything): gathers, masked per column
+        boxes = paged_tma and not fp8 and valid_d == head_dim
+        views = (paged_tma_view(k), paged_tma_view(v)) if boxes else (None, None)
         paged_tma = views[0] is not None and views[1] is not None
         if paged_tma:
             chunk = min(page_size, block_n)
@@ -1330,6 +1378,7 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
         PERSISTENT=persistent_programs > 0,
         # a second Q buffer (the next tile's Q loads during this one) where shared memory has room: not at D 256
         Q_BUFS=2 if persistent_programs > 0 and head_dim <= 128 else 1,
+        VALID_D=valid_d,
     )
     return attention_fwd_hopper_kernel, grid, args, constexprs, {"num_warps": NUM_WARPS}
 
