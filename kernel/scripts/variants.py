@@ -76,6 +76,7 @@ PLANS = {
             "fp8-prefill-b4x4096-noncausal",
             "fp8kv-prefill-b8x2048-causal",
             "fp8kv-prefill-b8x2048-causal-paged",
+            "fp8-prefill-b8x2048-causal-paged",
         ],
         PREFILL_VARIANTS,
     ),

@@ -164,8 +164,17 @@ WORKLOADS: tuple[Workload, ...] = (
     Workload("mixed-4x512+60-paged", "mixed", seqlens_q=_MIXED_Q, seqlens_k=_MIXED_K, paged=True),
     # Paged prefill (what vLLM runs: every prefill reads the block cache): compare with prefill-b8x2048-causal.
     Workload("prefill-b8x2048-causal-paged", "prefill", **_dense(8, 2048), paged=True),
-    # vLLM's fp8 KV cache prefill (bf16 q, paged fp8 K/V): compare with fp8kv-prefill-b8x2048-causal
+    # A paged fp8 KV cache with a bf16 q: compare with fp8kv-prefill-b8x2048-causal
     Workload("fp8kv-prefill-b8x2048-causal-paged", "prefill", **_dense(8, 2048), kv_dtype="fp8_e4m3", paged=True),
+    # vLLM's fp8 KV cache prefill: vLLM quantizes q to fp8 itself (the backend's supports_quant_query_input)
+    Workload(
+        "fp8-prefill-b8x2048-causal-paged",
+        "prefill",
+        **_dense(8, 2048),
+        q_dtype="fp8_e4m3",
+        kv_dtype="fp8_e4m3",
+        paged=True,
+    ),
     Workload("decode-b256x1024-paged", **_decode(256, 1024)),
     # Speculative decoding: 4 new queries per sequence (still decode-shaped).
     Workload("decode-q4-b64x2048-paged", "decode", seqlens_q=(4,) * 64, seqlens_k=(2048,) * 64, paged=True),
