@@ -208,8 +208,9 @@ if HAS_GLUON:
                      PROBES: gl.constexpr, num_warps: gl.constexpr):  # fmt: skip
         # Tile slot tile_id (cu_seqlens_q[b] // BLOCK_M + b slots before sequence b): whether it holds query rows to
         # compute (process), its sequence, q rows, keys (bounded by total_q / total_k / the block table whatever the
-        # index tensors hold) and the key blocks its rows see. A sequence's last tiles (most keys) get its first
-        # slots. FP8: the key grid starts key_shift keys early, on a 16-key group of V's key-major copy.
+        # index tensors hold) and the key blocks its rows see. A sequence's tile k starts at row k * BLOCK_M: the
+        # grids walk the slots from the last, so every sequence's last tiles (most keys under a causal mask) run
+        # first. FP8: the key grid starts key_shift keys early, on a 16-key group of V's key-major copy.
         seq = _find_sequence(cu_seqlens_q_ptr, tile_id, num_seqs, BLOCK_M, PROBES, num_warps)
         seq_q_start = gl.load(cu_seqlens_q_ptr + seq)
         seq_q_len = gl.minimum(gl.load(cu_seqlens_q_ptr + seq + 1), total_q) - seq_q_start
@@ -224,7 +225,7 @@ if HAS_GLUON:
         num_blocks = seq * 0
         key_shift = seq * 0
         if not skip:
-            q_tile_start = (tiles_in_seq - 1 - tile_in_seq) * BLOCK_M  # last tiles first
+            q_tile_start = tile_in_seq * BLOCK_M
             if HAS_SEQUSED:
                 seq_k_len = gl.load(seqused_k_ptr + seq)
             else:
@@ -842,7 +843,7 @@ if HAS_GLUON:
     @gluon.jit
     def _work_item(work, n_tile_slots, num_q_heads):
         # (q tile slot, q head) of a persistent program's work item: a slot's heads back to back, last slots (the
-        # sequences' last, longest tiles) first - the order of the non-persistent grid
+        # sequences' last, longest tiles) first - the order of the non-persistent grid (see _tile_bounds)
         return n_tile_slots - 1 - work // num_q_heads, work % num_q_heads
 
     @gluon.jit
