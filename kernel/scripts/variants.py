@@ -53,6 +53,7 @@ PREFILL_VARIANTS = {
     "ws-fp8-paged": {"ws_fp8_paged": True},  # paged fp8 on the Gluon prefill (V transposed by the producer)
     "ws-fp8-paged-q8": {"ws_fp8_paged": True, "fp8_q_for_fp8_kv": True},
     "ws-pad-d": {"ws_pad_head_dim": True},  # head sizes like 96 in 128-wide Gluon tiles
+    "ws-dynamic": {"ws_dynamic": True},  # the persistent grid takes tiles from a shared counter
 }
 DECODE_VARIANTS = {
     "default": {},
@@ -68,7 +69,9 @@ PLANS = {
     "prefill": (
         [
             "prefill-b8x2048-causal",
+            "prefill-b1x8192-causal",
             "prefill-b4x4096-noncausal",
+            "prefill-varlen16-causal",
             "prefill-b8x2048-causal-paged",
             "prefill-d96-b8x2048-causal",
             "prefill-d256-b8x2048-causal",
@@ -99,7 +102,7 @@ PLANS = {
         ["mixed-4x512+60-paged"],
         {
             name: PREFILL_VARIANTS[name]
-            for name in ("default", "ws-persistent", "ws-paged-tma", "ws-persistent-paged-tma")
+            for name in ("default", "ws-persistent", "ws-paged-tma", "ws-persistent-paged-tma", "ws-dynamic")
         },
     ),
 }

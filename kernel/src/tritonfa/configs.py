@@ -57,6 +57,9 @@ class AttentionConfig:
     # Gluon prefill: 16-bit head sizes other than 64/128/256 (multiples of 8, e.g. 80, 96) in tiles of the next of
     # those instead of the portable kernel. Opt-in until the GPU suite has run it (written offline, cross-compiled)
     ws_pad_head_dim: bool = False
+    # with ws_persistent: programs take tiles from a shared counter as they finish (FA3's dynamic scheduler) instead of
+    # a fixed share (a causal or varlen batch's tiles differ in length). Opt-in until the GPU suite has run it
+    ws_dynamic: bool = False
 
     def launch_options(self, arch: str) -> dict:
         options = {"num_warps": self.num_warps, "num_stages": self.num_stages}

@@ -216,6 +216,7 @@ def _hopper_prefill_specs() -> list[dict[str, Any]]:
                 for causal in (False, True)]  # fmt: skip
     choices += [(d, True, True, True, bf16, bf16, False, True, 0, tma, 132) for d in (64, 128) for tma in (0, 1)]
     choices += [(128, True, True, False, bf16, fp8, True, True, 0, False, 132)]
+    choices += [(d, True, True, False, fp8, fp8, False, True, 0, False, 132) for d in (64, 128)]  # the fp8 default
     # paged fp8 (V transposed by the gathering producer): fp8 q and a quantized q, D 64 and 128, persistent too
     choices += [(d, True, True, True, fp8, fp8, False, True, 0, False, 0) for d in (64, 128)]
     choices += [(128, True, True, True, bf16, fp8, True, True, 0, False, programs) for programs in (0, 132)]
@@ -231,6 +232,11 @@ def _hopper_prefill_specs() -> list[dict[str, Any]]:
     choices += [(96, True, True, paged, bf16, bf16, False, True, 0, False, programs, False, 0)
                 for paged in (False, True) for programs in (0, 132)]  # fmt: skip
     choices += [(80, False, True, False, bf16, bf16, False, True, 0, False, 0, False, 0)]
+    choices = [(*choice, False) for choice in choices]
+    # the persistent grid taking tiles from a shared counter (config `ws_dynamic`): contiguous, paged TMA, fp8
+    choices += [(128, True, True, paged, bf16, bf16, False, True, 0, tma, 132, False, 0, True)
+                for paged, tma in ((0, 0), (1, 0), (1, 1))]  # fmt: skip
+    choices += [(128, True, True, False, fp8, fp8, False, True, 0, False, 132, False, 0, True)]
     specs = []
     for (
         head_dim,
@@ -246,6 +252,7 @@ def _hopper_prefill_specs() -> list[dict[str, Any]]:
         programs,
         pf32,
         block_n,
+        dynamic,
     ) in choices:
         inputs = _meta_inputs("hopper", q_dtype, kv_dtype, head_dim, paged=paged, decode=False,
                               features=not causal)  # fmt: skip
@@ -256,7 +263,7 @@ def _hopper_prefill_specs() -> list[dict[str, Any]]:
             inputs["q"], inputs["k"], inputs["v"], out, lse, inputs["cu_seqlens_q"], inputs["cu_seqlens_k"],
             inputs["seqused_k"], inputs["block_table"], 0.125, causal, 1, 16, pingpong,
             inputs["q_descale"], inputs["k_descale"], inputs["v_descale"], quantize_q, two_level, stages,
-            bool(paged_tma), programs, pf32, block_n,
+            bool(paged_tma), programs, pf32, block_n, dynamic,
         )  # fmt: skip
         name = (
             f"{fn.__name__}[hopper d{head_dim} CAUSAL={causal} RETURN_LSE={lse is not None} PINGPONG={pingpong} "
@@ -265,6 +272,7 @@ def _hopper_prefill_specs() -> list[dict[str, Any]]:
             + (f" STAGES={stages}" if stages else "")
             + (f" PAGED_TMA={constexprs['PAGED_TMA']}" if paged_tma else "")
             + (" PERSISTENT" if programs else "")
+            + (" DYNAMIC" if dynamic else "")
             + (" P_CARRY_F32" if pf32 else "")
             + (f" BLOCK_N={block_n}" if block_n else "")
             + "]"

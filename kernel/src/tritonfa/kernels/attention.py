@@ -844,12 +844,14 @@ def _plan_hopper_prefill(
         q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, softmax_scale, causal, seq_filter,
         DECODE_MAX_SEQLEN_Q, config.ws_pingpong, q_descale, k_descale, v_descale, quantize_q, config.ws_fp8_two_level,
         config.ws_stages, config.ws_paged_tma,
-        # one program per SM, two at D 64 (their shared memory fits twice); not at D 256 (its consumers spill)
+        # one program per SM, two at D 64 (their shared memory fits twice); not at D 256 (its consumers spill), nor
+        # with fp8 K/V above D 64 (the fp8 consumers spill ~220 instructions on the persistent grid at D 128)
         _multiprocessor_count(q.device) * (2 if q.shape[-1] <= 64 else 1)
-        if config.ws_persistent and q.shape[-1] <= 128
+        if config.ws_persistent and q.shape[-1] <= (64 if is_fp8(k.dtype) else 128)
         else 0,
         config.ws_p_fp32,
         config.ws_block_n,
+        config.ws_dynamic,
     )  # fmt: skip
     return KernelLaunch(fn, grid, args, constexprs, options)
 

@@ -86,6 +86,8 @@ CONSUMER_REGS_FP8_GATHER = gl.constexpr(240) if HAS_GLUON else 240
 PRODUCER_REGS_FP8_GATHER = gl.constexpr(32) if HAS_GLUON else 32
 # a persistent TMA producer also finds each work item's sequence and bounds
 PERSISTENT_PRODUCER_REGS = gl.constexpr(56) if HAS_GLUON else 56
+# dynamic persistent scheduling: work ids in flight from the producer to the consumers
+WORK_SLOTS = gl.constexpr(2) if HAS_GLUON else 2
 
 
 def tile_head_dim(head_dim: int) -> int:
@@ -847,6 +849,63 @@ if HAS_GLUON:
         return n_tile_slots - 1 - work // num_q_heads, work % num_q_heads
 
     @gluon.jit
+    def _give_work(work_ids, work_ready, work_empty, given, work, num_warps: gl.constexpr):
+        # The producer hands work item `work` to both consumer warpgroups through slot given % WORK_SLOTS
+        SLOTS: gl.constexpr = work_ids.type.shape[0]
+        slot = given % SLOTS
+        mbarrier.wait(work_empty.index(slot), ((given // SLOTS) & 1) ^ 1)
+        layout: gl.constexpr = gl.BlockedLayout([1], [32], [num_warps], [0])
+        work_ids.index(slot).store(gl.full([1], work, gl.int32, layout))
+        mbarrier.arrive(work_ready.index(slot), count=1)  # releases the store to the consumers' wait
+
+    @gluon.jit
+    def _take_work(work_ids, work_ready, work_empty, taken, num_warps: gl.constexpr):
+        # A consumer warpgroup's next work item from the producer (see _give_work)
+        SLOTS: gl.constexpr = work_ids.type.shape[0]
+        slot = taken % SLOTS
+        mbarrier.wait(work_ready.index(slot), (taken // SLOTS) & 1)
+        layout: gl.constexpr = gl.BlockedLayout([1], [32], [num_warps], [0])
+        work = gl.max(work_ids.index(slot).load(layout), axis=0)
+        _thread_barrier()  # every warp has read the slot before it is handed back
+        mbarrier.arrive(work_empty.index(slot), count=1)
+        return work
+
+    @gluon.jit
+    def _produce_work(work, it, items, q_desc, k_desc, v_desc, q_bufs, k_bufs, v_bufs, v_stage, q_ready, q_empty,
+                      k_ready, v_ready, kv_empty, k_ptr, v_ptr, cu_seqlens_q_ptr, cu_seqlens_k_ptr, seqused_k_ptr,
+                             block_table_ptr, num_seqs, total_q, total_k, num_cache_blocks, max_blocks, stride_bt_seq,
+                             stride_k_blk, stride_k_slot, stride_k_head, stride_v_blk, stride_v_slot, stride_v_head,
+                             k_rows_per_block, k_rows_per_head, k_cols_per_head, v_rows_per_block, v_rows_per_head,
+                             v_cols_per_head, n_tile_slots, num_q_heads, GROUP: gl.constexpr, CAUSAL: gl.constexpr,
+                             PAGED: gl.constexpr, PAGE_SIZE: gl.constexpr, PAGED_TMA: gl.constexpr,
+                             HAS_SEQUSED: gl.constexpr, SEQ_FILTER: gl.constexpr, DECODE_MAX_Q: gl.constexpr,
+                             FP8: gl.constexpr, QUANTIZE_Q: gl.constexpr, VALID_D: gl.constexpr):  # fmt: skip
+        # One work item of the persistent producer (see _producer_persistent); returns the updated counts
+        BLOCK_M: gl.constexpr = q_desc.block_type.shape[0]
+        BLOCK_N: gl.constexpr = k_bufs.type.shape[1]
+        Q_BUFS: gl.constexpr = q_bufs.type.shape[0]
+        tile_id, q_head = _work_item(work, n_tile_slots, num_q_heads)
+        process, seq, seq_q_start, seq_q_len, q_tile_start, seq_k_start, seq_k_len, num_blocks, key_shift = (
+            _tile_bounds(tile_id, cu_seqlens_q_ptr, cu_seqlens_k_ptr, seqused_k_ptr, num_seqs, total_q, total_k,
+                         max_blocks, BLOCK_M, BLOCK_N, CAUSAL, PAGED, PAGE_SIZE, HAS_SEQUSED, SEQ_FILTER,
+                         DECODE_MAX_Q, FP8, 32, gl.num_warps())
+        )  # fmt: skip
+        if process & (num_blocks > 0):
+            qb = items % Q_BUFS
+            if not QUANTIZE_Q:
+                mbarrier.wait(q_empty.index(qb), ((items // Q_BUFS) & 1) ^ 1)
+            _producer(q_desc, k_desc, v_desc, q_bufs.index(qb), k_bufs, v_bufs, v_stage, q_ready.index(qb), k_ready,
+                      v_ready, kv_empty, seq_q_start + q_tile_start, q_head * VALID_D, seq_k_start - key_shift,
+                      k_ptr, v_ptr, block_table_ptr, seq, stride_bt_seq, num_cache_blocks, max_blocks, seq_k_len,
+                      q_head // GROUP, stride_k_blk, stride_k_slot, stride_k_head, stride_v_blk, stride_v_slot,
+                      stride_v_head, k_rows_per_block, k_rows_per_head, k_cols_per_head, v_rows_per_block,
+                      v_rows_per_head, v_cols_per_head, num_blocks, it, PAGED, PAGE_SIZE, PAGED_TMA, FP8,
+                      QUANTIZE_Q, VALID_D)  # fmt: skip
+            it += num_blocks
+            items += 1
+        return it, items
+
+    @gluon.jit
     def _producer_persistent(q_desc, k_desc, v_desc, q_bufs, k_bufs, v_bufs, v_stage, q_ready, q_empty, k_ready,
                              v_ready, kv_empty, k_ptr, v_ptr, cu_seqlens_q_ptr, cu_seqlens_k_ptr, seqused_k_ptr,
                              block_table_ptr, num_seqs, total_q, total_k, num_cache_blocks, max_blocks, stride_bt_seq,
@@ -855,34 +914,93 @@ if HAS_GLUON:
                              v_cols_per_head, n_tile_slots, num_q_heads, GROUP: gl.constexpr, CAUSAL: gl.constexpr,
                              PAGED: gl.constexpr, PAGE_SIZE: gl.constexpr, PAGED_TMA: gl.constexpr,
                              HAS_SEQUSED: gl.constexpr, SEQ_FILTER: gl.constexpr, DECODE_MAX_Q: gl.constexpr,
-                             FP8: gl.constexpr, QUANTIZE_Q: gl.constexpr, VALID_D: gl.constexpr):  # fmt: skip
+                             FP8: gl.constexpr, QUANTIZE_Q: gl.constexpr, VALID_D: gl.constexpr, sched_ptr, work_ids,
+                             work_ready,
+                             work_empty, DYNAMIC: gl.constexpr):  # fmt: skip
         # The producer's walk over this program's work items: Q into the next of Q_BUFS buffers once the consumers
         # are done with it, K/V blocks into the ring, whose slots and phases run on from tile to tile.
-        BLOCK_M: gl.constexpr = q_desc.block_type.shape[0]
-        BLOCK_N: gl.constexpr = k_bufs.type.shape[1]
-        Q_BUFS: gl.constexpr = q_bufs.type.shape[0]
+        # DYNAMIC: items are taken from a counter shared by all programs (sched_ptr: [base, tickets], int64), so a
+        # program that finishes early takes the next item instead of a fixed share; each item goes to the consumers
+        # through work_ids. Every program's last ticket is past the last item (total), so a launch hands out exactly
+        # total + programs tickets: whoever draws the last one moves base there for the next launch.
         it = gl.program_id(0) * 0  # K/V blocks loaded so far
         items = gl.program_id(0) * 0  # tiles loaded so far
-        for work in range(gl.program_id(0), n_tile_slots * num_q_heads, gl.num_programs(0)):
-            tile_id, q_head = _work_item(work, n_tile_slots, num_q_heads)
-            process, seq, seq_q_start, seq_q_len, q_tile_start, seq_k_start, seq_k_len, num_blocks, key_shift = (
-                _tile_bounds(tile_id, cu_seqlens_q_ptr, cu_seqlens_k_ptr, seqused_k_ptr, num_seqs, total_q, total_k,
-                             max_blocks, BLOCK_M, BLOCK_N, CAUSAL, PAGED, PAGE_SIZE, HAS_SEQUSED, SEQ_FILTER,
-                             DECODE_MAX_Q, FP8, 32, gl.num_warps())
-            )  # fmt: skip
-            if process & (num_blocks > 0):
+        if DYNAMIC:
+            total = n_tile_slots * num_q_heads
+            base = gl.load(sched_ptr)
+            given = gl.program_id(0) * 0
+            work = (gl.atomic_add(sched_ptr + 1, 1) - base).to(gl.int32)
+            while work < total:
+                _give_work(work_ids, work_ready, work_empty, given, work, gl.num_warps())
+                given += 1
+                next_work = (gl.atomic_add(sched_ptr + 1, 1) - base).to(gl.int32)  # in flight during this item
+                it, items = _produce_work(work, it, items, q_desc, k_desc, v_desc, q_bufs, k_bufs, v_bufs, v_stage,
+                    q_ready, q_empty, k_ready, v_ready, kv_empty, k_ptr, v_ptr, cu_seqlens_q_ptr, cu_seqlens_k_ptr,
+                    seqused_k_ptr, block_table_ptr, num_seqs, total_q, total_k, num_cache_blocks, max_blocks,
+                    stride_bt_seq, stride_k_blk, stride_k_slot, stride_k_head, stride_v_blk, stride_v_slot,
+                    stride_v_head, k_rows_per_block, k_rows_per_head, k_cols_per_head, v_rows_per_block,
+                    v_rows_per_head, v_cols_per_head, n_tile_slots, num_q_heads, GROUP, CAUSAL, PAGED, PAGE_SIZE,
+                    PAGED_TMA, HAS_SEQUSED, SEQ_FILTER, DECODE_MAX_Q, FP8, QUANTIZE_Q, VALID_D)  # fmt: skip
+                work = next_work
+            _give_work(work_ids, work_ready, work_empty, given, total, gl.num_warps())  # the consumers stop
+            if work == total + gl.num_programs(0) - 1:
+                gl.store(sched_ptr, base + total + gl.num_programs(0))
+        else:
+            for work in range(gl.program_id(0), n_tile_slots * num_q_heads, gl.num_programs(0)):
+                it, items = _produce_work(work, it, items, q_desc, k_desc, v_desc, q_bufs, k_bufs, v_bufs, v_stage,
+                    q_ready, q_empty, k_ready, v_ready, kv_empty, k_ptr, v_ptr, cu_seqlens_q_ptr, cu_seqlens_k_ptr,
+                    seqused_k_ptr, block_table_ptr, num_seqs, total_q, total_k, num_cache_blocks, max_blocks,
+                    stride_bt_seq, stride_k_blk, stride_k_slot, stride_k_head, stride_v_blk, stride_v_slot,
+                    stride_v_head, k_rows_per_block, k_rows_per_head, k_cols_per_head, v_rows_per_block,
+                    v_rows_per_head, v_cols_per_head, n_tile_slots, num_q_heads, GROUP, CAUSAL, PAGED, PAGE_SIZE,
+                    PAGED_TMA, HAS_SEQUSED, SEQ_FILTER, DECODE_MAX_Q, FP8, QUANTIZE_Q, VALID_D)  # fmt: skip
+
+    @gluon.jit
+    def _consume_work(work, it, items, q_bufs, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, kv_empty, turns,
+                             q_ptr, out_ptr, lse_ptr, cu_seqlens_q_ptr, cu_seqlens_k_ptr, seqused_k_ptr, q_descale_ptr,
+                             k_descale_ptr, v_descale_ptr, num_seqs, total_q, total_k, max_blocks, softmax_scale,
+                             stride_q_tok, stride_q_head, stride_o_tok, stride_o_head, stride_lse_head,
+                             stride_qdesc_seq, stride_qdesc_head, stride_kdesc_seq, stride_kdesc_head,
+                             stride_vdesc_seq, stride_vdesc_head, n_tile_slots, num_q_heads, GROUP: gl.constexpr,
+                             ROW0: gl.constexpr, ROWS: gl.constexpr, CAUSAL: gl.constexpr, PINGPONG: gl.constexpr,
+                             RETURN_LSE: gl.constexpr, ZERO_TAIL: gl.constexpr, PAGED: gl.constexpr,
+                             PAGE_SIZE: gl.constexpr, HAS_SEQUSED: gl.constexpr, SEQ_FILTER: gl.constexpr,
+                             DECODE_MAX_Q: gl.constexpr, FP8: gl.constexpr, P_SCALE_LOG2: gl.constexpr,
+                             TWO_LEVEL: gl.constexpr, QUANTIZE_Q: gl.constexpr, Q_MAX: gl.constexpr,
+                             HAS_Q_DESCALE: gl.constexpr, HAS_K_DESCALE: gl.constexpr, HAS_V_DESCALE: gl.constexpr,
+                             num_warps: gl.constexpr, CARRY_F32: gl.constexpr, VALID_D: gl.constexpr):  # fmt: skip
+        # One work item of a persistent consumer warpgroup (see _consumer_persistent); returns the updated counts
+        BLOCK_M: gl.constexpr = q_bufs.type.shape[1]
+        HEAD_DIM: gl.constexpr = q_bufs.type.shape[2]
+        BLOCK_N: gl.constexpr = k_bufs.type.shape[1]
+        Q_BUFS: gl.constexpr = q_bufs.type.shape[0]
+        tile_id, q_head = _work_item(work, n_tile_slots, num_q_heads)
+        process, seq, seq_q_start, seq_q_len, q_tile_start, seq_k_start, seq_k_len, num_blocks, key_shift = (
+            _tile_bounds(tile_id, cu_seqlens_q_ptr, cu_seqlens_k_ptr, seqused_k_ptr, num_seqs, total_q, total_k,
+                         max_blocks, BLOCK_M, BLOCK_N, CAUSAL, PAGED, PAGE_SIZE, HAS_SEQUSED, SEQ_FILTER,
+                         DECODE_MAX_Q, FP8, 32, num_warps)
+        )  # fmt: skip
+        if process:
+            if num_blocks == 0:
+                _store_empty(out_ptr, lse_ptr, seq_q_start, seq_q_len, q_tile_start + ROW0, q_head, stride_o_tok,
+                             stride_o_head, stride_lse_head, ROWS, HEAD_DIM, RETURN_LSE, num_warps,
+                             VALID_D)  # fmt: skip
+            else:
+                qk_scale, out_scale = _scales(softmax_scale, seq, q_head // GROUP, q_descale_ptr, k_descale_ptr,
+                                              v_descale_ptr, stride_qdesc_seq, stride_qdesc_head, stride_kdesc_seq,
+                                              stride_kdesc_head, stride_vdesc_seq, stride_vdesc_head,
+                                              HAS_Q_DESCALE, HAS_K_DESCALE, HAS_V_DESCALE)  # fmt: skip
                 qb = items % Q_BUFS
-                if not QUANTIZE_Q:
-                    mbarrier.wait(q_empty.index(qb), ((items // Q_BUFS) & 1) ^ 1)
-                _producer(q_desc, k_desc, v_desc, q_bufs.index(qb), k_bufs, v_bufs, v_stage, q_ready.index(qb), k_ready,
-                          v_ready, kv_empty, seq_q_start + q_tile_start, q_head * VALID_D, seq_k_start - key_shift,
-                          k_ptr, v_ptr, block_table_ptr, seq, stride_bt_seq, num_cache_blocks, max_blocks, seq_k_len,
-                          q_head // GROUP, stride_k_blk, stride_k_slot, stride_k_head, stride_v_blk, stride_v_slot,
-                          stride_v_head, k_rows_per_block, k_rows_per_head, k_cols_per_head, v_rows_per_block,
-                          v_rows_per_head, v_cols_per_head, num_blocks, it, PAGED, PAGE_SIZE, PAGED_TMA, FP8,
-                          QUANTIZE_Q, VALID_D)  # fmt: skip
+                _consumer(q_bufs.index(qb), k_bufs, v_bufs, q_ready.index(qb), k_ready, v_ready, kv_empty, turns,
+                          q_ptr, out_ptr, lse_ptr, seq_q_start, seq_q_len, q_tile_start, q_head, seq_k_len,
+                          num_blocks, key_shift, qk_scale, out_scale, stride_q_tok, stride_q_head, stride_o_tok,
+                          stride_o_head, stride_lse_head, ROW0, ROWS, CAUSAL, PINGPONG, RETURN_LSE, ZERO_TAIL,
+                          FP8, P_SCALE_LOG2, TWO_LEVEL, QUANTIZE_Q, Q_MAX, num_warps, it, it + items,
+                          (items // Q_BUFS) & 1, CARRY_F32, VALID_D)  # fmt: skip
+                mbarrier.arrive(q_empty.index(qb), count=1)  # this warpgroup's QK wgmmas are done with it
                 it += num_blocks
                 items += 1
+        return it, items
 
     @gluon.jit
     def _consumer_persistent(q_bufs, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, kv_empty, turns, q_ptr,
@@ -897,42 +1015,38 @@ if HAS_GLUON:
                              DECODE_MAX_Q: gl.constexpr, FP8: gl.constexpr, P_SCALE_LOG2: gl.constexpr,
                              TWO_LEVEL: gl.constexpr, QUANTIZE_Q: gl.constexpr, Q_MAX: gl.constexpr,
                              HAS_Q_DESCALE: gl.constexpr, HAS_K_DESCALE: gl.constexpr, HAS_V_DESCALE: gl.constexpr,
-                             num_warps: gl.constexpr, CARRY_F32: gl.constexpr, VALID_D: gl.constexpr):  # fmt: skip
+                             num_warps: gl.constexpr, CARRY_F32: gl.constexpr, VALID_D: gl.constexpr, sched_ptr,
+                             work_ids, work_ready, work_empty, DYNAMIC: gl.constexpr):  # fmt: skip
         # A consumer warpgroup's walk over the same work items as the producer: each tile as in the non-persistent
-        # kernel (_consumer), its ring blocks, wgmma turns and Q buffer counted on from the tiles before.
-        BLOCK_M: gl.constexpr = q_bufs.type.shape[1]
-        HEAD_DIM: gl.constexpr = q_bufs.type.shape[2]
-        BLOCK_N: gl.constexpr = k_bufs.type.shape[1]
-        Q_BUFS: gl.constexpr = q_bufs.type.shape[0]
+        # kernel (_consumer), its ring blocks, wgmma turns and Q buffer counted on from the tiles before. DYNAMIC: the
+        # items come from the producer through work_ids (see _producer_persistent) until one is past the last.
         it = gl.program_id(0) * 0  # K/V blocks consumed so far
         items = gl.program_id(0) * 0  # tiles computed so far (each took its blocks + 1 wgmma turns)
-        for work in range(gl.program_id(0), n_tile_slots * num_q_heads, gl.num_programs(0)):
-            tile_id, q_head = _work_item(work, n_tile_slots, num_q_heads)
-            process, seq, seq_q_start, seq_q_len, q_tile_start, seq_k_start, seq_k_len, num_blocks, key_shift = (
-                _tile_bounds(tile_id, cu_seqlens_q_ptr, cu_seqlens_k_ptr, seqused_k_ptr, num_seqs, total_q, total_k,
-                             max_blocks, BLOCK_M, BLOCK_N, CAUSAL, PAGED, PAGE_SIZE, HAS_SEQUSED, SEQ_FILTER,
-                             DECODE_MAX_Q, FP8, 32, num_warps)
-            )  # fmt: skip
-            if process:
-                if num_blocks == 0:
-                    _store_empty(out_ptr, lse_ptr, seq_q_start, seq_q_len, q_tile_start + ROW0, q_head, stride_o_tok,
-                                 stride_o_head, stride_lse_head, ROWS, HEAD_DIM, RETURN_LSE, num_warps,
-                                 VALID_D)  # fmt: skip
-                else:
-                    qk_scale, out_scale = _scales(softmax_scale, seq, q_head // GROUP, q_descale_ptr, k_descale_ptr,
-                                                  v_descale_ptr, stride_qdesc_seq, stride_qdesc_head, stride_kdesc_seq,
-                                                  stride_kdesc_head, stride_vdesc_seq, stride_vdesc_head,
-                                                  HAS_Q_DESCALE, HAS_K_DESCALE, HAS_V_DESCALE)  # fmt: skip
-                    qb = items % Q_BUFS
-                    _consumer(q_bufs.index(qb), k_bufs, v_bufs, q_ready.index(qb), k_ready, v_ready, kv_empty, turns,
-                              q_ptr, out_ptr, lse_ptr, seq_q_start, seq_q_len, q_tile_start, q_head, seq_k_len,
-                              num_blocks, key_shift, qk_scale, out_scale, stride_q_tok, stride_q_head, stride_o_tok,
-                              stride_o_head, stride_lse_head, ROW0, ROWS, CAUSAL, PINGPONG, RETURN_LSE, ZERO_TAIL,
-                              FP8, P_SCALE_LOG2, TWO_LEVEL, QUANTIZE_Q, Q_MAX, num_warps, it, it + items,
-                              (items // Q_BUFS) & 1, CARRY_F32, VALID_D)  # fmt: skip
-                    mbarrier.arrive(q_empty.index(qb), count=1)  # this warpgroup's QK wgmmas are done with it
-                    it += num_blocks
-                    items += 1
+        if DYNAMIC:
+            total = n_tile_slots * num_q_heads
+            taken = gl.program_id(0) * 0
+            work = _take_work(work_ids, work_ready, work_empty, taken, num_warps)
+            while work < total:
+                it, items = _consume_work(work, it, items, q_bufs, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready,
+                    kv_empty, turns, q_ptr, out_ptr, lse_ptr, cu_seqlens_q_ptr, cu_seqlens_k_ptr, seqused_k_ptr,
+                    q_descale_ptr, k_descale_ptr, v_descale_ptr, num_seqs, total_q, total_k, max_blocks, softmax_scale,
+                    stride_q_tok, stride_q_head, stride_o_tok, stride_o_head, stride_lse_head, stride_qdesc_seq,
+                    stride_qdesc_head, stride_kdesc_seq, stride_kdesc_head, stride_vdesc_seq, stride_vdesc_head,
+                    n_tile_slots, num_q_heads, GROUP, ROW0, ROWS, CAUSAL, PINGPONG, RETURN_LSE, ZERO_TAIL, PAGED,
+                    PAGE_SIZE, HAS_SEQUSED, SEQ_FILTER, DECODE_MAX_Q, FP8, P_SCALE_LOG2, TWO_LEVEL, QUANTIZE_Q, Q_MAX,
+                    HAS_Q_DESCALE, HAS_K_DESCALE, HAS_V_DESCALE, num_warps, CARRY_F32, VALID_D)  # fmt: skip
+                taken += 1
+                work = _take_work(work_ids, work_ready, work_empty, taken, num_warps)
+        else:
+            for work in range(gl.program_id(0), n_tile_slots * num_q_heads, gl.num_programs(0)):
+                it, items = _consume_work(work, it, items, q_bufs, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready,
+                    kv_empty, turns, q_ptr, out_ptr, lse_ptr, cu_seqlens_q_ptr, cu_seqlens_k_ptr, seqused_k_ptr,
+                    q_descale_ptr, k_descale_ptr, v_descale_ptr, num_seqs, total_q, total_k, max_blocks, softmax_scale,
+                    stride_q_tok, stride_q_head, stride_o_tok, stride_o_head, stride_lse_head, stride_qdesc_seq,
+                    stride_qdesc_head, stride_kdesc_seq, stride_kdesc_head, stride_vdesc_seq, stride_vdesc_head,
+                    n_tile_slots, num_q_heads, GROUP, ROW0, ROWS, CAUSAL, PINGPONG, RETURN_LSE, ZERO_TAIL, PAGED,
+                    PAGE_SIZE, HAS_SEQUSED, SEQ_FILTER, DECODE_MAX_Q, FP8, P_SCALE_LOG2, TWO_LEVEL, QUANTIZE_Q, Q_MAX,
+                    HAS_Q_DESCALE, HAS_K_DESCALE, HAS_V_DESCALE, num_warps, CARRY_F32, VALID_D)  # fmt: skip
 
     @gluon.jit
     def _consumer_persistent_default(q_bufs, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, kv_empty, turns,
@@ -949,7 +1063,8 @@ if HAS_GLUON:
                                      TWO_LEVEL: gl.constexpr, QUANTIZE_Q: gl.constexpr, Q_MAX: gl.constexpr,
                                      HAS_Q_DESCALE: gl.constexpr, HAS_K_DESCALE: gl.constexpr,
                                      HAS_V_DESCALE: gl.constexpr, num_warps: gl.constexpr,
-                                     CARRY_F32: gl.constexpr, VALID_D: gl.constexpr):  # fmt: skip
+                                     CARRY_F32: gl.constexpr, VALID_D: gl.constexpr, sched_ptr, work_ids,
+                                     work_ready, work_empty, DYNAMIC: gl.constexpr):  # fmt: skip
         _consumer_persistent(q_bufs, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, kv_empty, turns, q_ptr,
                              out_ptr, lse_ptr, cu_seqlens_q_ptr, cu_seqlens_k_ptr, seqused_k_ptr, q_descale_ptr,
                              k_descale_ptr, v_descale_ptr, num_seqs, total_q, total_k, max_blocks, softmax_scale,
@@ -958,7 +1073,8 @@ if HAS_GLUON:
                              stride_vdesc_seq, stride_vdesc_head, n_tile_slots, num_q_heads, GROUP, ROW0, ROWS, CAUSAL,
                              PINGPONG, RETURN_LSE, ZERO_TAIL, PAGED, PAGE_SIZE, HAS_SEQUSED, SEQ_FILTER,
                              DECODE_MAX_Q, FP8, P_SCALE_LOG2, TWO_LEVEL, QUANTIZE_Q, Q_MAX, HAS_Q_DESCALE,
-                             HAS_K_DESCALE, HAS_V_DESCALE, num_warps, CARRY_F32, VALID_D)  # fmt: skip
+                             HAS_K_DESCALE, HAS_V_DESCALE, num_warps, CARRY_F32, VALID_D, sched_ptr, work_ids,
+                             work_ready, work_empty, DYNAMIC)  # fmt: skip
         return ()
 
     # Lengths, counts and the widths they set (block table, lse rows) change per batch: not specialized, so a new
@@ -985,6 +1101,7 @@ if HAS_GLUON:
         q_descale_ptr,  # fp32, [batch | broadcast, Hk | broadcast] (HAS_Q_DESCALE); likewise k and v
         k_descale_ptr,
         v_descale_ptr,
+        sched_ptr,  # DYNAMIC: int64 [base, tickets], shared by the launches on this device (see _producer_persistent)
         num_seqs,
         total_q,  # rows of q / out: no store goes past them, whatever cu_seqlens_q holds
         total_k,  # rows of contiguous k / v
@@ -1041,6 +1158,7 @@ if HAS_GLUON:
         PERSISTENT: gl.constexpr,  # one program per SM slot walks (tile slot, q head) items; grid (programs,)
         Q_BUFS: gl.constexpr,  # PERSISTENT: Q buffers (2: the next tile's Q loads during this one)
         VALID_D: gl.constexpr,  # q/k/v's head size: D of the tiles (64/128/256) or less, padded (see _consumer)
+        DYNAMIC: gl.constexpr,  # PERSISTENT: work items taken from a shared counter instead of a fixed share
         num_warps: gl.constexpr,
     ):
         BLOCK_M: gl.constexpr = q_desc.block_type.shape[0]
@@ -1087,6 +1205,18 @@ if HAS_GLUON:
                 mbarrier.init(k_ready.index(i), count=READY_COUNT)
                 mbarrier.init(v_ready.index(i), count=V_READY_COUNT)
                 mbarrier.init(kv_empty.index(i), count=2)
+            if DYNAMIC:  # the producer's items for the consumers (see _give_work)
+                work_ids = gl.allocate_shared_memory(gl.int32, [WORK_SLOTS, 1],
+                                                     gl.SwizzledSharedLayout(1, 1, 1, order=[0]))  # fmt: skip
+                work_ready = gl.allocate_shared_memory(gl.int64, [WORK_SLOTS, 1], mbarrier.MBarrierLayout())
+                work_empty = gl.allocate_shared_memory(gl.int64, [WORK_SLOTS, 1], mbarrier.MBarrierLayout())
+                for i in gl.static_range(WORK_SLOTS):
+                    mbarrier.init(work_ready.index(i), count=1)
+                    mbarrier.init(work_empty.index(i), count=2)  # both consumer warpgroups
+            else:
+                work_ids = q_ready  # unused
+                work_ready = q_ready
+                work_empty = q_ready
             gl.warp_specialize(
                 [
                     (_consumer_persistent_default, (
@@ -1098,7 +1228,7 @@ if HAS_GLUON:
                         n_tile_slots, num_q_heads, GROUP, FIRST, HALF, CAUSAL, PINGPONG, RETURN_LSE, ZERO_TAIL,
                         PAGED, PAGE_SIZE, HAS_SEQUSED, SEQ_FILTER, DECODE_MAX_Q, FP8, P_SCALE_LOG2, TWO_LEVEL,
                         QUANTIZE_Q, Q_MAX, HAS_Q_DESCALE, HAS_K_DESCALE, HAS_V_DESCALE, num_warps, P_CARRY_F32,
-                        VALID_D)),
+                        VALID_D, sched_ptr, work_ids, work_ready, work_empty, DYNAMIC)),
                     (_consumer_persistent, (
                         q_bufs, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, kv_empty, turns, q_ptr, out_ptr,
                         lse_ptr, cu_seqlens_q_ptr, cu_seqlens_k_ptr, seqused_k_ptr, q_descale_ptr, k_descale_ptr,
@@ -1108,7 +1238,7 @@ if HAS_GLUON:
                         n_tile_slots, num_q_heads, GROUP, HALF, HALF, CAUSAL, PINGPONG, RETURN_LSE, ZERO_TAIL,
                         PAGED, PAGE_SIZE, HAS_SEQUSED, SEQ_FILTER, DECODE_MAX_Q, FP8, P_SCALE_LOG2, TWO_LEVEL,
                         QUANTIZE_Q, Q_MAX, HAS_Q_DESCALE, HAS_K_DESCALE, HAS_V_DESCALE, num_warps, P_CARRY_F32,
-                        VALID_D)),
+                        VALID_D, sched_ptr, work_ids, work_ready, work_empty, DYNAMIC)),
                     (_producer_persistent, (
                         q_desc, k_desc, v_desc, q_bufs, k_bufs, v_bufs, v_stage, q_ready, q_empty, k_ready, v_ready,
                         kv_empty,
@@ -1117,7 +1247,8 @@ if HAS_GLUON:
                         stride_k_head, stride_v_blk, stride_v_slot, stride_v_head, k_rows_per_block,
                         k_rows_per_head, k_cols_per_head, v_rows_per_block, v_rows_per_head, v_cols_per_head,
                         n_tile_slots, num_q_heads, GROUP, CAUSAL, PAGED, PAGE_SIZE, PAGED_TMA, HAS_SEQUSED,
-                        SEQ_FILTER, DECODE_MAX_Q, FP8, QUANTIZE_Q, VALID_D)),
+                        SEQ_FILTER, DECODE_MAX_Q, FP8, QUANTIZE_Q, VALID_D, sched_ptr, work_ids, work_ready,
+                        work_empty, DYNAMIC)),
                 ],
                 [num_warps, PRODUCER_WARPS],
                 [WORKER_REGS, PERSISTENT_PRODUCER_REGS if not GATHER else PRODUCER_REGS_],
@@ -1264,13 +1395,15 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
                         pingpong: bool = True, q_descale=None, k_descale=None, v_descale=None,
                         quantize_q: bool = False, two_level: bool = True, stages: int = 0,
                         paged_tma: bool = False, persistent_programs: int = 0,
-                        p_carry_f32: bool = False, block_n: int = 0):  # fmt: skip
+                        p_carry_f32: bool = False, block_n: int = 0, dynamic: bool = False):  # fmt: skip
     """(kernel, grid, args, constexprs, options) of one warp-specialized prefill launch; `supports` must hold.
 
     fp8 K/V: V is read from its key-major copy (`key_major_v`, made here); quantize_q rounds a 16-bit q to K's fp8
     type in the kernel. Descales: fp32 of shape [], [1] or [batch, Hk]. stages: K/V ring slots (0: tiles_for's).
     paged_tma: a paged cache whose pages `paged_tma_view` describes is read through TMA (else cp.async gathers).
-    persistent_programs: > 0, a persistent grid of at most that many programs (one per SM slot) walks the tiles.
+    persistent_programs: > 0, a persistent grid of at most that many programs (one per SM slot) walks the tiles;
+    dynamic: they take the tiles from a counter shared by the launches on q's device (`_scheduler`), not in fixed
+    shares (calls on several streams at once would share it: one stream at a time).
     p_carry_f32: 16-bit P is carried to its P@V in fp32 and converted there (no repacking of a loop-carried 16-bit
     tensor: 32 fewer instructions per block at D 128, 32 more registers; D <= 128, not with gathered pages nor the
     persistent grid, where it spills). block_n: keys per block (0: tiles_for's).
@@ -1342,6 +1475,7 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
         seqused_k if seqused_k is not None else cu_seqlens_q,
         block_table if paged else cu_seqlens_q,
         *(d if d is not None else out for d in (q_descale, k_descale, v_descale)),
+        _scheduler(q.device) if dynamic and persistent_programs > 0 else cu_seqlens_q,
         num_seqs, total_q, total_k, num_cache_blocks, max_blocks, float(softmax_scale),
         q.stride(0), q.stride(1), out.stride(0), out.stride(1), lse.stride(0) if lse is not None else 0,
         block_table.stride(0) if paged else 0, *kv_strides, *page_rows,
@@ -1380,8 +1514,16 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
         # a second Q buffer (the next tile's Q loads during this one) where shared memory has room: not at D 256
         Q_BUFS=2 if persistent_programs > 0 and head_dim <= 128 else 1,
         VALID_D=valid_d,
+        DYNAMIC=dynamic and persistent_programs > 0,
     )
     return attention_fwd_hopper_kernel, grid, args, constexprs, {"num_warps": NUM_WARPS}
+
+
+@functools.cache
+def _scheduler(device: torch.device) -> torch.Tensor:
+    """The dynamic persistent grid's counter on a device: int64 [base, tickets], zero once; every launch leaves base
+    equal to tickets (see _producer_persistent), so no launch needs to reset it."""
+    return torch.zeros(2, dtype=torch.int64, device=device)
 
 
 @functools.lru_cache(maxsize=64)
