@@ -64,6 +64,9 @@ DECODE_VARIANTS = {
     "w8": {"num_warps": 8},
     "fp8q-on": {"fp8_q_for_fp8_kv": True},
     "k-rows": {"k_rows": True},
+    # deeper K/V pipelines: an fp8 stage is half a 16-bit one's bytes, so fp8 decode keeps fewer bytes in flight
+    "s6": {"num_stages": 6},
+    "bn256-s3": {"block_n": 256, "num_stages": 3},
 }
 PLANS = {
     "prefill": (
