@@ -915,8 +915,7 @@ if HAS_GLUON:
                              PAGED: gl.constexpr, PAGE_SIZE: gl.constexpr, PAGED_TMA: gl.constexpr,
                              HAS_SEQUSED: gl.constexpr, SEQ_FILTER: gl.constexpr, DECODE_MAX_Q: gl.constexpr,
                              FP8: gl.constexpr, QUANTIZE_Q: gl.constexpr, VALID_D: gl.constexpr, sched_ptr, work_ids,
-                             work_ready,
-                             work_empty, DYNAMIC: gl.constexpr):  # fmt: skip
+                             work_ready, work_empty, DYNAMIC: gl.constexpr):  # fmt: skip
         # The producer's walk over this program's work items: Q into the next of Q_BUFS buffers once the consumers
         # are done with it, K/V blocks into the ring, whose slots and phases run on from tile to tile.
         # DYNAMIC: items are taken from a counter shared by all programs (sched_ptr: [base, tickets], int64), so a
@@ -926,14 +925,22 @@ if HAS_GLUON:
         it = gl.program_id(0) * 0  # K/V blocks loaded so far
         items = gl.program_id(0) * 0  # tiles loaded so far
         if DYNAMIC:
+            BLOCK_M: gl.constexpr = q_desc.block_type.shape[0]
+            BLOCK_N: gl.constexpr = k_bufs.type.shape[1]
             total = n_tile_slots * num_q_heads
             base = gl.load(sched_ptr)
             given = gl.program_id(0) * 0
             work = (gl.atomic_add(sched_ptr + 1, 1) - base).to(gl.int32)
             while work < total:
-                _give_work(work_ids, work_ready, work_empty, given, work, gl.num_warps())
-                given += 1
                 next_work = (gl.atomic_add(sched_ptr + 1, 1) - base).to(gl.int32)  # in flight during this item
+                # items with no rows to compute (a mixed batch's decodes, spare slots) never reach the consumers
+                tile_id, q_head = _work_item(work, n_tile_slots, num_q_heads)
+                process = _tile_bounds(tile_id, cu_seqlens_q_ptr, cu_seqlens_k_ptr, seqused_k_ptr, num_seqs, total_q,
+                                       total_k, max_blocks, BLOCK_M, BLOCK_N, CAUSAL, PAGED, PAGE_SIZE, HAS_SEQUSED,
+                                       SEQ_FILTER, DECODE_MAX_Q, FP8, 32, gl.num_warps())[0]  # fmt: skip
+                if process:
+                    _give_work(work_ids, work_ready, work_empty, given, work, gl.num_warps())
+                    given += 1
                 it, items = _produce_work(work, it, items, q_desc, k_desc, v_desc, q_bufs, k_bufs, v_bufs, v_stage,
                     q_ready, q_empty, k_ready, v_ready, kv_empty, k_ptr, v_ptr, cu_seqlens_q_ptr, cu_seqlens_k_ptr,
                     seqused_k_ptr, block_table_ptr, num_seqs, total_q, total_k, num_cache_blocks, max_blocks,
