@@ -207,13 +207,18 @@ if HAS_GLUON:
                      max_blocks, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr,
                      PAGED: gl.constexpr, PAGE_SIZE: gl.constexpr, HAS_SEQUSED: gl.constexpr,
                      SEQ_FILTER: gl.constexpr, DECODE_MAX_Q: gl.constexpr, FP8: gl.constexpr,
-                     PROBES: gl.constexpr, num_warps: gl.constexpr):  # fmt: skip
+                     PROBES: gl.constexpr, num_warps: gl.constexpr, seq_known=0,
+                     SEQ_KNOWN: gl.constexpr = False):  # fmt: skip
+        # SEQ_KNOWN: tile_id's sequence is seq_known (found by the producer: no search here).
         # Tile slot tile_id (cu_seqlens_q[b] // BLOCK_M + b slots before sequence b): whether it holds query rows to
         # compute (process), its sequence, q rows, keys (bounded by total_q / total_k / the block table whatever the
         # index tensors hold) and the key blocks its rows see. A sequence's tile k starts at row k * BLOCK_M: the
         # grids walk the slots from the last, so every sequence's last tiles (most keys under a causal mask) run
         # first. FP8: the key grid starts key_shift keys early, on a 16-key group of V's key-major copy.
-        seq = _find_sequence(cu_seqlens_q_ptr, tile_id, num_seqs, BLOCK_M, PROBES, num_warps)
+        if SEQ_KNOWN:
+            seq = seq_known
+        else:
+            seq = _find_sequence(cu_seqlens_q_ptr, tile_id, num_seqs, BLOCK_M, PROBES, num_warps)
         seq_q_start = gl.load(cu_seqlens_q_ptr + seq)
         seq_q_len = gl.minimum(gl.load(cu_seqlens_q_ptr + seq + 1), total_q) - seq_q_start
         tile_in_seq = tile_id - (seq_q_start // BLOCK_M + seq)
@@ -849,13 +854,15 @@ if HAS_GLUON:
         return n_tile_slots - 1 - work // num_q_heads, work % num_q_heads
 
     @gluon.jit
-    def _give_work(work_ids, work_ready, work_empty, given, work, num_warps: gl.constexpr):
-        # The producer hands work item `work` to both consumer warpgroups through slot given % WORK_SLOTS
+    def _give_work(work_ids, work_ready, work_empty, given, work, seq, num_warps: gl.constexpr):
+        # The producer hands work item `work` and its sequence to both consumer warpgroups through slot
+        # given % WORK_SLOTS ([work, seq]: the consumers search nothing, and agree with the producer by construction)
         SLOTS: gl.constexpr = work_ids.type.shape[0]
         slot = given % SLOTS
         mbarrier.wait(work_empty.index(slot), ((given // SLOTS) & 1) ^ 1)
-        layout: gl.constexpr = gl.BlockedLayout([1], [32], [num_warps], [0])
-        work_ids.index(slot).store(gl.full([1], work, gl.int32, layout))
+        layout: gl.constexpr = gl.BlockedLayout([2], [32], [num_warps], [0])
+        pair = gl.where(gl.arange(0, 2, layout=layout) == 0, work, seq)
+        work_ids.index(slot).store(pair)
         mbarrier.arrive(work_ready.index(slot), count=1)  # releases the store to the consumers' wait
 
     @gluon.jit
@@ -864,11 +871,14 @@ if HAS_GLUON:
         SLOTS: gl.constexpr = work_ids.type.shape[0]
         slot = taken % SLOTS
         mbarrier.wait(work_ready.index(slot), (taken // SLOTS) & 1)
-        layout: gl.constexpr = gl.BlockedLayout([1], [32], [num_warps], [0])
-        work = gl.max(work_ids.index(slot).load(layout), axis=0)
+        layout: gl.constexpr = gl.BlockedLayout([2], [32], [num_warps], [0])
+        pair = work_ids.index(slot).load(layout)
+        first = gl.arange(0, 2, layout=layout) == 0
+        work = gl.sum(gl.where(first, pair, 0), axis=0)
+        seq = gl.sum(gl.where(first, 0, pair), axis=0)
         _thread_barrier()  # every warp has read the slot before it is handed back
         mbarrier.arrive(work_empty.index(slot), count=1)
-        return work
+        return work, seq
 
     @gluon.jit
     def _produce_work(work, it, items, q_desc, k_desc, v_desc, q_bufs, k_bufs, v_bufs, v_stage, q_ready, q_empty,
@@ -879,7 +889,8 @@ if HAS_GLUON:
                              v_cols_per_head, n_tile_slots, num_q_heads, GROUP: gl.constexpr, CAUSAL: gl.constexpr,
                              PAGED: gl.constexpr, PAGE_SIZE: gl.constexpr, PAGED_TMA: gl.constexpr,
                              HAS_SEQUSED: gl.constexpr, SEQ_FILTER: gl.constexpr, DECODE_MAX_Q: gl.constexpr,
-                             FP8: gl.constexpr, QUANTIZE_Q: gl.constexpr, VALID_D: gl.constexpr):  # fmt: skip
+                             FP8: gl.constexpr, QUANTIZE_Q: gl.constexpr, VALID_D: gl.constexpr, seq_known=0,
+                             SEQ_KNOWN: gl.constexpr = False):  # fmt: skip
         # One work item of the persistent producer (see _producer_persistent); returns the updated counts
         BLOCK_M: gl.constexpr = q_desc.block_type.shape[0]
         BLOCK_N: gl.constexpr = k_bufs.type.shape[1]
@@ -888,7 +899,7 @@ if HAS_GLUON:
         process, seq, seq_q_start, seq_q_len, q_tile_start, seq_k_start, seq_k_len, num_blocks, key_shift = (
             _tile_bounds(tile_id, cu_seqlens_q_ptr, cu_seqlens_k_ptr, seqused_k_ptr, num_seqs, total_q, total_k,
                          max_blocks, BLOCK_M, BLOCK_N, CAUSAL, PAGED, PAGE_SIZE, HAS_SEQUSED, SEQ_FILTER,
-                         DECODE_MAX_Q, FP8, 32, gl.num_warps())
+                         DECODE_MAX_Q, FP8, 32, gl.num_warps(), seq_known, SEQ_KNOWN)
         )  # fmt: skip
         if process & (num_blocks > 0):
             qb = items % Q_BUFS
@@ -933,13 +944,15 @@ if HAS_GLUON:
             work = (gl.atomic_add(sched_ptr + 1, 1) - base).to(gl.int32)
             while work < total:
                 next_work = (gl.atomic_add(sched_ptr + 1, 1) - base).to(gl.int32)  # in flight during this item
-                # items with no rows to compute (a mixed batch's decodes, spare slots) never reach the consumers
-                tile_id, q_head = _work_item(work, n_tile_slots, num_q_heads)
+                # the item's sequence, searched once here for the three partitions; items with no rows to compute (a
+                # mixed batch's decodes, spare slots) never reach the consumers
+                tile_id = _work_item(work, n_tile_slots, num_q_heads)[0]
+                seq = _find_sequence(cu_seqlens_q_ptr, tile_id, num_seqs, BLOCK_M, 32, gl.num_warps())
                 process = _tile_bounds(tile_id, cu_seqlens_q_ptr, cu_seqlens_k_ptr, seqused_k_ptr, num_seqs, total_q,
                                        total_k, max_blocks, BLOCK_M, BLOCK_N, CAUSAL, PAGED, PAGE_SIZE, HAS_SEQUSED,
-                                       SEQ_FILTER, DECODE_MAX_Q, FP8, 32, gl.num_warps())[0]  # fmt: skip
+                                       SEQ_FILTER, DECODE_MAX_Q, FP8, 32, gl.num_warps(), seq, True)[0]  # fmt: skip
                 if process:
-                    _give_work(work_ids, work_ready, work_empty, given, work, gl.num_warps())
+                    _give_work(work_ids, work_ready, work_empty, given, work, seq, gl.num_warps())
                     given += 1
                 it, items = _produce_work(work, it, items, q_desc, k_desc, v_desc, q_bufs, k_bufs, v_bufs, v_stage,
                     q_ready, q_empty, k_ready, v_ready, kv_empty, k_ptr, v_ptr, cu_seqlens_q_ptr, cu_seqlens_k_ptr,
@@ -947,9 +960,9 @@ if HAS_GLUON:
                     stride_bt_seq, stride_k_blk, stride_k_slot, stride_k_head, stride_v_blk, stride_v_slot,
                     stride_v_head, k_rows_per_block, k_rows_per_head, k_cols_per_head, v_rows_per_block,
                     v_rows_per_head, v_cols_per_head, n_tile_slots, num_q_heads, GROUP, CAUSAL, PAGED, PAGE_SIZE,
-                    PAGED_TMA, HAS_SEQUSED, SEQ_FILTER, DECODE_MAX_Q, FP8, QUANTIZE_Q, VALID_D)  # fmt: skip
+                    PAGED_TMA, HAS_SEQUSED, SEQ_FILTER, DECODE_MAX_Q, FP8, QUANTIZE_Q, VALID_D, seq, True)  # fmt: skip
                 work = next_work
-            _give_work(work_ids, work_ready, work_empty, given, total, gl.num_warps())  # the consumers stop
+            _give_work(work_ids, work_ready, work_empty, given, total, 0, gl.num_warps())  # the consumers stop
             if work == total + gl.num_programs(0) - 1:
                 gl.store(sched_ptr, base + total + gl.num_programs(0))
         else:
@@ -975,7 +988,8 @@ if HAS_GLUON:
                              DECODE_MAX_Q: gl.constexpr, FP8: gl.constexpr, P_SCALE_LOG2: gl.constexpr,
                              TWO_LEVEL: gl.constexpr, QUANTIZE_Q: gl.constexpr, Q_MAX: gl.constexpr,
                              HAS_Q_DESCALE: gl.constexpr, HAS_K_DESCALE: gl.constexpr, HAS_V_DESCALE: gl.constexpr,
-                             num_warps: gl.constexpr, CARRY_F32: gl.constexpr, VALID_D: gl.constexpr):  # fmt: skip
+                             num_warps: gl.constexpr, CARRY_F32: gl.constexpr, VALID_D: gl.constexpr, seq_known=0,
+                             SEQ_KNOWN: gl.constexpr = False):  # fmt: skip
         # One work item of a persistent consumer warpgroup (see _consumer_persistent); returns the updated counts
         BLOCK_M: gl.constexpr = q_bufs.type.shape[1]
         HEAD_DIM: gl.constexpr = q_bufs.type.shape[2]
@@ -985,7 +999,7 @@ if HAS_GLUON:
         process, seq, seq_q_start, seq_q_len, q_tile_start, seq_k_start, seq_k_len, num_blocks, key_shift = (
             _tile_bounds(tile_id, cu_seqlens_q_ptr, cu_seqlens_k_ptr, seqused_k_ptr, num_seqs, total_q, total_k,
                          max_blocks, BLOCK_M, BLOCK_N, CAUSAL, PAGED, PAGE_SIZE, HAS_SEQUSED, SEQ_FILTER,
-                         DECODE_MAX_Q, FP8, 32, num_warps)
+                         DECODE_MAX_Q, FP8, 32, num_warps, seq_known, SEQ_KNOWN)
         )  # fmt: skip
         if process:
             if num_blocks == 0:
@@ -1032,7 +1046,7 @@ if HAS_GLUON:
         if DYNAMIC:
             total = n_tile_slots * num_q_heads
             taken = gl.program_id(0) * 0
-            work = _take_work(work_ids, work_ready, work_empty, taken, num_warps)
+            work, seq = _take_work(work_ids, work_ready, work_empty, taken, num_warps)
             while work < total:
                 it, items = _consume_work(work, it, items, q_bufs, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready,
                     kv_empty, turns, q_ptr, out_ptr, lse_ptr, cu_seqlens_q_ptr, cu_seqlens_k_ptr, seqused_k_ptr,
@@ -1041,9 +1055,9 @@ if HAS_GLUON:
                     stride_qdesc_head, stride_kdesc_seq, stride_kdesc_head, stride_vdesc_seq, stride_vdesc_head,
                     n_tile_slots, num_q_heads, GROUP, ROW0, ROWS, CAUSAL, PINGPONG, RETURN_LSE, ZERO_TAIL, PAGED,
                     PAGE_SIZE, HAS_SEQUSED, SEQ_FILTER, DECODE_MAX_Q, FP8, P_SCALE_LOG2, TWO_LEVEL, QUANTIZE_Q, Q_MAX,
-                    HAS_Q_DESCALE, HAS_K_DESCALE, HAS_V_DESCALE, num_warps, CARRY_F32, VALID_D)  # fmt: skip
+                    HAS_Q_DESCALE, HAS_K_DESCALE, HAS_V_DESCALE, num_warps, CARRY_F32, VALID_D, seq, True)  # fmt: skip
                 taken += 1
-                work = _take_work(work_ids, work_ready, work_empty, taken, num_warps)
+                work, seq = _take_work(work_ids, work_ready, work_empty, taken, num_warps)
         else:
             for work in range(gl.program_id(0), n_tile_slots * num_q_heads, gl.num_programs(0)):
                 it, items = _consume_work(work, it, items, q_bufs, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready,
@@ -1213,7 +1227,7 @@ if HAS_GLUON:
                 mbarrier.init(v_ready.index(i), count=V_READY_COUNT)
                 mbarrier.init(kv_empty.index(i), count=2)
             if DYNAMIC:  # the producer's items for the consumers (see _give_work)
-                work_ids = gl.allocate_shared_memory(gl.int32, [WORK_SLOTS, 1],
+                work_ids = gl.allocate_shared_memory(gl.int32, [WORK_SLOTS, 2],
                                                      gl.SwizzledSharedLayout(1, 1, 1, order=[0]))  # fmt: skip
                 work_ready = gl.allocate_shared_memory(gl.int64, [WORK_SLOTS, 1], mbarrier.MBarrierLayout())
                 work_empty = gl.allocate_shared_memory(gl.int64, [WORK_SLOTS, 1], mbarrier.MBarrierLayout())
