@@ -945,7 +945,7 @@ if HAS_GLUON:
             while work < total:
                 next_work = (gl.atomic_add(sched_ptr + 1, 1) - base).to(gl.int32)  # in flight during this item
                 # the item's sequence, searched once here for the three partitions; items with no rows to compute (a
-                # mixed batch's decodes, spare slots) never reach the consumers
+                # mixed batch's decodes, spare slots) are dropped here: neither the consumers nor _produce_work see them
                 tile_id = _work_item(work, n_tile_slots, num_q_heads)[0]
                 seq = _find_sequence(cu_seqlens_q_ptr, tile_id, num_seqs, BLOCK_M, 32, gl.num_warps())
                 process = _tile_bounds(tile_id, cu_seqlens_q_ptr, cu_seqlens_k_ptr, seqused_k_ptr, num_seqs, total_q,
@@ -954,13 +954,14 @@ if HAS_GLUON:
                 if process:
                     _give_work(work_ids, work_ready, work_empty, given, work, seq, gl.num_warps())
                     given += 1
-                it, items = _produce_work(work, it, items, q_desc, k_desc, v_desc, q_bufs, k_bufs, v_bufs, v_stage,
-                    q_ready, q_empty, k_ready, v_ready, kv_empty, k_ptr, v_ptr, cu_seqlens_q_ptr, cu_seqlens_k_ptr,
-                    seqused_k_ptr, block_table_ptr, num_seqs, total_q, total_k, num_cache_blocks, max_blocks,
-                    stride_bt_seq, stride_k_blk, stride_k_slot, stride_k_head, stride_v_blk, stride_v_slot,
-                    stride_v_head, k_rows_per_block, k_rows_per_head, k_cols_per_head, v_rows_per_block,
-                    v_rows_per_head, v_cols_per_head, n_tile_slots, num_q_heads, GROUP, CAUSAL, PAGED, PAGE_SIZE,
-                    PAGED_TMA, HAS_SEQUSED, SEQ_FILTER, DECODE_MAX_Q, FP8, QUANTIZE_Q, VALID_D, seq, True)  # fmt: skip
+                    it, items = _produce_work(work, it, items, q_desc, k_desc, v_desc, q_bufs, k_bufs, v_bufs, v_stage,
+                        q_ready, q_empty, k_ready, v_ready, kv_empty, k_ptr, v_ptr, cu_seqlens_q_ptr, cu_seqlens_k_ptr,
+                        seqused_k_ptr, block_table_ptr, num_seqs, total_q, total_k, num_cache_blocks, max_blocks,
+                        stride_bt_seq, stride_k_blk, stride_k_slot, stride_k_head, stride_v_blk, stride_v_slot,
+                        stride_v_head, k_rows_per_block, k_rows_per_head, k_cols_per_head, v_rows_per_block,
+                        v_rows_per_head, v_cols_per_head, n_tile_slots, num_q_heads, GROUP, CAUSAL, PAGED, PAGE_SIZE,
+                        PAGED_TMA, HAS_SEQUSED, SEQ_FILTER, DECODE_MAX_Q, FP8, QUANTIZE_Q, VALID_D, seq,
+                        True)  # fmt: skip
                 work = next_work
             _give_work(work_ids, work_ready, work_empty, given, total, 0, gl.num_warps())  # the consumers stop
             if work == total + gl.num_programs(0) - 1:
