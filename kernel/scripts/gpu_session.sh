@@ -6,12 +6,15 @@
 #   probe                  paging probe
 #   variants               config variants (A/B) of VARIANT_PLANS (default prefill,decode,mixed)
 #   variants:PLAN:ONLY:VARIANTS  one variants.py call (ONLY and VARIANTS comma lists with '+' for ','), killed after
-#                          VARIANTS_TIMEOUT seconds (default 900)
+#                          VARIANTS_TIMEOUT seconds (default 900); VARIANT_PEERS: its --peers; FA3 comes from
+#                          PEER_PYTHONPATH once PEER_READY exists (waits up to PEER_WAIT_S seconds, default 120)
 #   ws-tests               the warp-specialized Gluon prefill's own tests (Hopper; its opt-in paths included), killed
 #                          after WS_TESTS_TIMEOUT seconds (default 600) so a hung kernel cannot hold the session
 #   ws-tests:EXPR          only the tests that pytest's -k EXPR selects ('+' for ' '), xfail-marked ones run too
 #                          (--runxfail: e.g. a path marked as hanging, to check its fix), killed after
-#                          WS_TESTS_TIMEOUT seconds; log ws_tests_<step number>.log
+#                          WS_TESTS_TIMEOUT seconds; log ws_tests_<step number>.log, exit status ws_tests_<n>.rc
+#   gate:N                 run the steps after it, up to gate-end, only if step N's tests passed (ws_tests_N.rc is 0)
+#   gate-end               end of the gated steps
 #   mask-cost              bounds on vs off (kernel/scripts/mask_cost.py, MASK_COST_ROUNDS rounds, default 3;
 #                          MASK_COST_CONFIG: TRITONFA_CONFIG for it)
 #   verify                 GPU test suite, memcheck, benchmark (gpu_verify.sh; PEER_PYTHONPATH / PEER_READY;
@@ -32,8 +35,11 @@ export PYTHONPATH="$PWD/kernel/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=
 {
   IFS=',' read -r -a step_list <<< "$steps"
   n=0
+  skipping=0
   for step in "${step_list[@]}"; do
     n=$((n + 1))
+    if [ "$step" = gate-end ]; then skipping=0; continue; fi
+    if [ "$skipping" = 1 ]; then echo "== $step skipped (gate)"; continue; fi
     echo "== $step $(date -u +%T) TRITONFA_CONFIG=${TRITONFA_CONFIG:-}"
     case "$step" in
       probe) python3 kernel/scripts/paging_probe.py 2>&1 | tee "$out/paging_probe.log" ;;
@@ -41,8 +47,14 @@ export PYTHONPATH="$PWD/kernel/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=
         tee -a "$out/variants.log" ;;
       variants:*)
         IFS=':' read -r _ plan only variants <<< "$step"
-        timeout -s KILL "${VARIANTS_TIMEOUT:-900}" python3 kernel/scripts/variants.py --plan "$plan" \
-          --only "${only//+/,}" --variants "${variants//+/,}" --out "$out" 2>&1 | tee -a "$out/variants.log" ;;
+        peer_path=""
+        if [ -n "${PEER_PYTHONPATH:-}" ]; then
+          for _ in $(seq "${PEER_WAIT_S:-120}"); do [ -z "${PEER_READY:-}" ] || [ -e "$PEER_READY" ] && break; sleep 1; done
+          peer_path="$PEER_PYTHONPATH:"
+        fi
+        PYTHONPATH="$peer_path$PYTHONPATH" timeout -s KILL "${VARIANTS_TIMEOUT:-900}" python3 kernel/scripts/variants.py \
+          --plan "$plan" --only "${only//+/,}" --variants "${variants//+/,}" \
+          --peers "${VARIANT_PEERS:-fa3,sdpa-cudnn,flex}" --out "$out" 2>&1 | tee -a "$out/variants.log" ;;
       ws-tests)
         timeout -s KILL "${WS_TESTS_TIMEOUT:-600}" python3 -m pytest tests/kernel/test_hopper_warp_specialized.py \
           --device cuda -n 8 -v --tb=short -p no:cacheprovider -rfEs 2>&1 | tee "$out/ws_tests.log" | tail -n 30 ;;
@@ -50,7 +62,12 @@ export PYTHONPATH="$PWD/kernel/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=
         expr="${step#ws-tests:}"
         timeout -s KILL "${WS_TESTS_TIMEOUT:-600}" python3 -m pytest tests/kernel/test_hopper_warp_specialized.py \
           --device cuda -n 8 -v --tb=short -p no:cacheprovider -rfEs --runxfail -k "${expr//+/ }" 2>&1 |
-          tee "$out/ws_tests_$n.log" | tail -n 30 ;;
+          tee "$out/ws_tests_$n.log" | tail -n 30
+        echo "${PIPESTATUS[0]}" > "$out/ws_tests_$n.rc" ;;
+      gate:*)
+        rc_file="$out/ws_tests_${step#gate:}.rc"
+        if [ "$(cat "$rc_file" 2>/dev/null)" != 0 ]; then skipping=1; fi
+        echo "gate on $rc_file: $(cat "$rc_file" 2>/dev/null || echo missing), skipping=$skipping" ;;
       mask-cost)  # MASK_COST_CONFIG: the TRITONFA_CONFIG of both sides (its patches cover the portable kernel)
         TRITONFA_CONFIG="${MASK_COST_CONFIG:-${TRITONFA_CONFIG:-}}" python3 kernel/scripts/mask_cost.py \
           --rounds "${MASK_COST_ROUNDS:-3}" --out "$out/mask_cost" 2>&1 | tail -n 30 ;;

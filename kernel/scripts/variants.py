@@ -1,8 +1,9 @@
 """A/B experiment on a GPU: tritonfa under several configs (TRITONFA_CONFIG overrides) on the benchmark workloads.
 
 Every variant's output is checked against `tritonfa.reference` (the same check as `python -m tritonfa.bench`) and
-timed with the bench's timers (do_bench for prefill, CUDA-graph replays for decode and mixed batches); peers that
-torch ships (cuDNN SDPA, FlexAttention) run once per workload in the same process, so ratios compare like with like.
+timed with the bench's timers (do_bench for prefill, CUDA-graph replays for decode and mixed batches); the peers
+(FA3 where vLLM's flash-attention imports, cuDNN SDPA, FlexAttention; --peers) run once per workload in the same
+process, so ratios compare like with like.
 
     python kernel/scripts/variants.py --plan prefill --out results_dir     # or --plan decode / mixed / all
     python kernel/scripts/variants.py --plan decode --only b64x2048 --variants default,bn64-s3
@@ -109,16 +110,30 @@ PLANS = {
         },
     ),
 }
-PEERS = ("sdpa-cudnn", "flex")
+PEERS = ("fa3", "sdpa-cudnn", "flex")  # FA3 where vllm.vllm_flash_attn imports, else reported unsupported
+
+
+def matches(name: str, pattern: str) -> bool:
+    """--only pattern: a substring of the workload name; a leading ^ / trailing $ anchors it at the start / end."""
+    if pattern.startswith("^") and pattern.endswith("$"):
+        return name == pattern[1:-1]
+    if pattern.startswith("^"):
+        return name.startswith(pattern[1:])
+    if pattern.endswith("$"):
+        return name.endswith(pattern[:-1])
+    return pattern in name
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--plan", default="all", help=f"one of {sorted(PLANS)} or all")
     parser.add_argument("--out", default=".", help="folder for the JSONL results")
-    parser.add_argument("--only", default="", help="comma-separated substrings of workload names")
+    parser.add_argument(
+        "--only", default="", help="comma-separated substrings of workload names (^ and $ anchor one)"
+    )
     parser.add_argument("--variants", default="", help="comma-separated variant names (default: all of the plan)")
-    parser.add_argument("--no-peers", action="store_true", help="skip cuDNN / Flex")
+    parser.add_argument("--peers", default=",".join(PEERS), help=f"comma-separated peers (default {','.join(PEERS)})")
+    parser.add_argument("--no-peers", action="store_true", help="no peers")
     args = parser.parse_args(argv)
 
     import torch
@@ -139,12 +154,12 @@ def main(argv: list[str] | None = None) -> int:
         names, variants = PLANS[plan]
         sink = open(out_dir / f"variants-{plan}.jsonl", "a")
         for name in names:
-            if only and not any(s in name for s in only):
+            if only and not any(matches(name, s) for s in only):
                 continue
             workload = by_name[name]
             case = make_case(workload, device)
             check = reference_check(case)
-            impls = [] if args.no_peers else list(PEERS)
+            impls = [] if args.no_peers else [p for p in args.peers.split(",") if p]
             runs = [(impl, "peer", None) for impl in impls]
             runs += [
                 ("tritonfa", label, cfg)
