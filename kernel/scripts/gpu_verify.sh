@@ -43,6 +43,7 @@ for part in ${VERIFY_PARTS:-suite memcheck bench}; do
       "tests/kernel/test_hopper_warp_specialized.py::test_warp_specialized_persistent_matches_reference[paged-tma-True-64]" \
       "tests/kernel/test_hopper_warp_specialized.py::test_warp_specialized_padded_head_size_matches_reference[True-contiguous-96]" \
       "tests/kernel/test_hopper_warp_specialized.py::test_warp_specialized_padded_head_size_matches_reference[False-paged_kv_interleaved-80]" \
+      "tests/kernel/test_hopper_warp_specialized.py::test_warp_specialized_paged_fp8_prefill_matches_reference[128-16-paged_kv_interleaved]" \
       2>&1 | tee "$out/memcheck.log" | tail -n 8
     echo "memcheck exit: ${PIPESTATUS[0]}" | tee -a "$out/memcheck.log"
     ;;

@@ -55,6 +55,11 @@ PREFILL_VARIANTS = {
     "ws-fp8-paged-q8": {"ws_fp8_paged": True, "fp8_q_for_fp8_kv": True},
     "ws-pad-d": {"ws_pad_head_dim": True},  # head sizes like 96 in 128-wide Gluon tiles
     "ws-dynamic": {"ws_dynamic": True},  # the persistent grid takes tiles from a shared counter
+    # key blocks and ring depth (16-bit pages at D 128 default to 64 keys x 4 slots, everything else to 128 x 2)
+    "ws-bn128": {"ws_block_n": 128},
+    "ws-bn64": {"ws_block_n": 64},
+    "ws-bn64-s3": {"ws_block_n": 64, "ws_stages": 3},
+    "ws-bn64-s4": {"ws_block_n": 64, "ws_stages": 4},
 }
 DECODE_VARIANTS = {
     "default": {},

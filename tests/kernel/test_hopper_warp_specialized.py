@@ -71,7 +71,7 @@ def test_which_calls_take_the_warp_specialized_path(monkeypatch):
     assert _plan(inputs, alibi_slopes=torch.ones(8, device=inputs.q.device)) == [PORTABLE]
     assert _plan(inputs, s_aux=torch.ones(8, device=inputs.q.device)) == [PORTABLE]
     assert _plan(inputs, arch="ampere") == [PORTABLE]
-    assert _plan(make_inputs([40], [40], num_heads=(8, 2), head_size=96)) == [PORTABLE], "padded head size"
+    assert _plan(make_inputs([40], [40], num_heads=(8, 2), head_size=96)) == [WS], "D 96 in 128-wide tiles"
     for layout in ("paged", "paged_kv_interleaved", "paged_heads_major"):
         paged = make_inputs([40], [40], num_heads=(8, 2), head_size=64, kv_layout=layout)
         assert _plan(paged) == [WS], f"{layout}: pages gathered by the producer warps"
@@ -153,6 +153,25 @@ def test_fp32_p_and_block_size_options_apply_where_they_do_not_spill(monkeypatch
     assert _constexprs(make_inputs([300], [300], num_heads=(8, 2), head_size=128))["BLOCK_N"] == 64
     config(ws_block_n=128)
     assert _constexprs(make_inputs([300], [300], num_heads=(8, 2), head_size=256))["BLOCK_N"] == 64, "D 256: 64"
+    paged = make_inputs([300], [300], num_heads=(8, 2), head_size=128, kv_layout="paged")
+    assert (_constexprs(paged)["BLOCK_N"], _constexprs(paged)["STAGES"]) == (128, 2), "128 keys: 2 slots fit"
+
+
+@pytest.mark.skipif(not attention_hopper.HAS_GLUON, reason="this triton has no Gluon")
+def test_a_16_bit_paged_cache_at_d128_runs_64_key_blocks_in_4_slots(monkeypatch):
+    def tiles(**kwargs):
+        constexprs = _constexprs(make_inputs([300], [300], num_heads=(8, 2), **kwargs))
+        return constexprs["BLOCK_N"], constexprs["STAGES"]
+
+    for layout in ("paged", "paged_kv_interleaved", "paged_heads_major"):
+        assert tiles(head_size=128, kv_layout=layout) == (64, 4), layout
+    assert tiles(head_size=96, kv_layout="paged") == (64, 4), "a padded head size in 128-wide tiles too"
+    assert tiles(head_size=128) == (128, 2), "contiguous"
+    assert tiles(head_size=64, kv_layout="paged") == (128, 2)
+    assert tiles(head_size=256, kv_layout="paged") == (64, 2)
+    assert tiles(head_size=128, kv_layout="paged", dtype=torch.float8_e4m3fn) == (128, 2), "fp8 pages"
+    monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"ws_stages": 3}}))
+    assert tiles(head_size=128, kv_layout="paged") == (64, 3), "ws_stages overrides"
 
 
 @pytest.mark.skipif(not (ON_HOPPER and attention_hopper.HAS_GLUON), reason="Gluon kernels run on a Hopper GPU only")
@@ -288,7 +307,9 @@ def test_padded_head_sizes_are_planned_where_the_config_allows_them(monkeypatch)
     assert _plan(fp8) == [PORTABLE], "16-bit only"
     assert _constexprs(make_inputs([40], [40], num_heads=(8, 2), head_size=128))["VALID_D"] == 128
     monkeypatch.delenv("TRITONFA_CONFIG")
-    assert _plan(make_inputs([40], [40], num_heads=(8, 2), head_size=96)) == [PORTABLE], "opt-in"
+    assert _plan(make_inputs([40], [40], num_heads=(8, 2), head_size=96)) == [WS], "on by default on Hopper"
+    monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"ws_pad_head_dim": False}}))
+    assert _plan(make_inputs([40], [40], num_heads=(8, 2), head_size=96)) == [PORTABLE], "and off by config"
 
 
 @pytest.mark.skipif(not (ON_HOPPER and attention_hopper.HAS_GLUON), reason="Gluon kernels run on a Hopper GPU only")
@@ -376,7 +397,8 @@ def test_which_fp8_calls_take_the_warp_specialized_path(monkeypatch):
     fp8_kv = make_inputs([40], [40], num_heads=(8, 2), head_size=64, kv_dtype=fp8)
     assert _plan(fp8_kv) == [PORTABLE], "a 16-bit q meets fp8 K/V here only when it may be quantized"
     paged = make_inputs([40], [40], num_heads=(8, 2), head_size=64, dtype=fp8, kv_layout="paged")
-    assert _plan(paged) == [PORTABLE], "paged fp8 is opt-in (ws_fp8_paged)"
+    monkeypatch.setenv("TRITONFA_CONFIG", _ws_fp8_config(ws_fp8_paged=False))
+    assert _plan(paged) == [PORTABLE], "ws_fp8_paged off: paged fp8 on the portable kernel"
     monkeypatch.setenv("TRITONFA_CONFIG", _ws_fp8_config(ws_fp8_paged=True))
     assert _plan(paged) == [WS], "paged fp8: the producer transposes V"
     assert not _constexprs(paged, arch="hopper")["PAGED_TMA"]
@@ -388,7 +410,7 @@ def test_which_fp8_calls_take_the_warp_specialized_path(monkeypatch):
     assert launch.fn.__name__ == WS and launch.constexprs["QUANTIZE_Q"] and launch.constexprs["FP8"]
     monkeypatch.delenv("TRITONFA_CONFIG")
     assert _plan(qkv) == [WS], "contiguous fp8 takes the Gluon prefill by default on Hopper"
-    assert _plan(paged) == [PORTABLE], "paged fp8 does not"
+    assert _plan(paged) == [WS], "and paged fp8 too"
     monkeypatch.setenv("TRITONFA_CONFIG", '{"hopper": {"ws_fp8": false}}')
     assert _plan(qkv) == [PORTABLE], "and ws_fp8 turns it off"
 
@@ -447,11 +469,6 @@ def test_warp_specialized_fp8_prefill_matches_reference(monkeypatch, head_size, 
 
 
 @pytest.mark.skipif(not (ON_HOPPER and attention_hopper.HAS_GLUON), reason="Gluon kernels run on a Hopper GPU only")
-# Not run in the suite: on the H200 (session 7) every case hung, which takes the GPU suite down with it. Cause, found
-# in the PTX: v_ready expected 128 arrivals (one per gathering thread) but the transposing producer arrives once.
-# Fixed offline, not yet run on a GPU: run these alone first, under a kill timeout (kernel/PERF_NOTES.md, "Next
-# session"), and drop this marker once they pass. The path is opt-in (ws_fp8_paged, off by default).
-@pytest.mark.xfail(run=False, reason="paged fp8 Gluon prefill: hung on the H200, fix unverified (ws_fp8_paged)")
 @pytest.mark.parametrize("kv_layout", ["paged", "paged_kv_interleaved", "paged_heads_major"])
 @pytest.mark.parametrize("block_size", [16, 256])
 @pytest.mark.parametrize("head_size", [64, 128])
@@ -459,7 +476,19 @@ def test_warp_specialized_paged_fp8_prefill_matches_reference(monkeypatch, kv_la
     """vLLM's fp8 KV cache on the Gluon prefill: K gathered, V gathered and transposed by the producer warps (keys
     reordered per group of 16), NaN in unused slots and spare blocks, a cached prefix, an empty sequence. Then a bf16
     q that rounds to the same fp8 q (rows whose largest |q| is 3.0) must give the same bits with fp8_q_for_fp8_kv."""
-    monkeypatch.setenv("TRITONFA_CONFIG", _ws_fp8_config(ws_fp8_paged=True))
+    _check_paged_fp8(monkeypatch, kv_layout, block_size, head_size)
+
+
+@pytest.mark.skipif(not (ON_HOPPER and attention_hopper.HAS_GLUON), reason="Gluon kernels run on a Hopper GPU only")
+@pytest.mark.parametrize("stages", [2, 4])
+@pytest.mark.parametrize("head_size", [64, 128])
+def test_warp_specialized_paged_fp8_prefill_in_64_key_blocks(monkeypatch, head_size, stages):
+    """The same with 64-key blocks (config `ws_block_n`; the 128-key producer spills its V transposition at D 128)."""
+    _check_paged_fp8(monkeypatch, "paged_kv_interleaved", 16, head_size, ws_block_n=64, ws_stages=stages)
+
+
+def _check_paged_fp8(monkeypatch, kv_layout, block_size, head_size, **config):
+    monkeypatch.setenv("TRITONFA_CONFIG", _ws_fp8_config(ws_fp8_paged=True, **config))
     seqlens_q = [300, 129, scaled(17, 700), 0, 64]  # prefills only: every row comes from the Gluon launch
     seqlens_k = [300, 1000, scaled(50, 900), 7, 64]
     inputs = make_inputs(seqlens_q, seqlens_k, num_heads=(32, 8), head_size=head_size, dtype=torch.float8_e4m3fn,
@@ -467,11 +496,11 @@ def test_warp_specialized_paged_fp8_prefill_matches_reference(monkeypatch, kv_la
     q8 = (torch.randn(inputs.q.shape, device=DEVICE) * 64).clamp(-383, 383).to(torch.float8_e4m3fn)
     q8[..., 0] = 384.0  # exact in e4m3: each row's largest |value|
     inputs.q = q8
-    assert _plan(inputs)[0] == WS
+    assert _plan(inputs)[0] == WS and _constexprs(inputs)["BLOCK_N"] == config.get("ws_block_n", 128)
     descale = fp8_descale("per_head", inputs.batch, inputs.num_kv_heads)
     q_descale = torch.full((), 2.0**-7, device=DEVICE)
     out8 = check_low_precision(inputs, causal=True, q_descale=q_descale, k_descale=descale, v_descale=descale)
-    monkeypatch.setenv("TRITONFA_CONFIG", _ws_fp8_config(fp8_q_for_fp8_kv=True, ws_fp8_paged=True))
+    monkeypatch.setenv("TRITONFA_CONFIG", _ws_fp8_config(fp8_q_for_fp8_kv=True, ws_fp8_paged=True, **config))
     inputs.q = (q8.float() * 2.0**-7).to(torch.bfloat16)  # exact
     assert _plan(inputs)[0] == WS and _constexprs(inputs)["QUANTIZE_Q"]
     out = run_kernel(inputs, causal=True, k_descale=descale, v_descale=descale)

@@ -42,12 +42,10 @@ class AttentionConfig:
     ws_pingpong: bool = True  # with warp_specialized: the two consumer warpgroups alternate their matmuls (FA3)
     # with warp_specialized: contiguous fp8 K/V (D <= 128; q fp8, or 16-bit with fp8_q_for_fp8_kv) go there too
     ws_fp8: bool = False
-    # with ws_fp8: paged fp8 K/V too (V gathered and transposed by the producer warps). Opt-in: it hung on the H200
-    # (session 7: V's ready barrier expected 128 arrivals, got 1; fixed, not yet re-run), so vLLM's fp8 cache stays
-    # on the portable kernel until it has run
+    # with ws_fp8: paged fp8 K/V too (V gathered and transposed by the producer warps; Hopper: on)
     ws_fp8_paged: bool = False
     ws_fp8_two_level: bool = True  # fp8 P@V: each block's product added to O in fp32, not chained in the MMA
-    ws_stages: int = 0  # K/V ring slots of the Gluon prefill; 0 = attention_hopper.tiles_for's (2)
+    ws_stages: int = 0  # K/V ring slots of the Gluon prefill; 0 = attention_hopper.tiles_for's
     ws_paged_tma: bool = False  # Gluon prefill: paged K/V through TMA boxes of a page's keys (else cp.async gathers)
     # Gluon prefill: a persistent grid (one program per SM slot walks the tiles; the next tile's loads overlap this
     # one's end) instead of one program per tile
@@ -55,7 +53,7 @@ class AttentionConfig:
     ws_p_fp32: bool = False  # Gluon prefill, 16-bit: P carried to its P@V in fp32 (fewer instructions, more registers)
     ws_block_n: int = 0  # Gluon prefill: keys per block, 64 or 128 (0: attention_hopper.tiles_for's)
     # Gluon prefill: 16-bit head sizes other than 64/128/256 (multiples of 8, e.g. 80, 96) in tiles of the next of
-    # those instead of the portable kernel. Opt-in until the GPU suite has run it (written offline, cross-compiled)
+    # those instead of the portable kernel (Hopper: on)
     ws_pad_head_dim: bool = False
     # with ws_persistent: programs take tiles from a shared counter as they finish (FA3's dynamic scheduler) instead of
     # a fixed share (a causal or varlen batch's tiles differ in length). Opt-in until the GPU suite has run it
@@ -121,6 +119,8 @@ _HOPPER_PREFILL = dict(
     ws_persistent=True,
     ws_paged_tma=True,
     ws_fp8=True,
+    ws_fp8_paged=True,
+    ws_pad_head_dim=True,
 )
 
 # (arch, decode) -> {padded head size upper bound: config}; the first bound >= the padded head size wins.
@@ -133,6 +133,8 @@ _TABLE: dict[tuple[str, bool], dict[int, AttentionConfig]] = {
     # ws_persistent, ws_paged_tma, ws_fp8 (H200, session 7, each against the config before it, same run): b8x2048
     # causal 0.620 -> 0.553 ms (persistent), paged 0.715 -> 0.636 (persistent + paged TMA), fp8 q/k/v b8x2048 causal
     # 0.799 -> 0.636 and b4x4096 2.331 -> 1.587 (ws_fp8); kernel/results/2026-12-03-h200-session7
+    # ws_fp8_paged, ws_pad_head_dim (H200, session 8, same run): paged fp8 q/k/v b8x2048 causal 1.434 -> 1.177 ms,
+    # D 96 b8x2048 causal 0.834 -> 0.647; kernel/results/2026-12-03-h200-session8
     ("hopper", False): {
         64: AttentionConfig(128, 64, 8, 3, **_HOPPER_PREFILL),
         128: AttentionConfig(128, 64, 8, 3, **_HOPPER_PREFILL),
