@@ -53,6 +53,10 @@ PREFILL_VARIANTS = {
     "ws-flat": {"ws_persistent": False},  # one program per tile (the persistent grid is the Hopper default)
     "ws-fp8-paged": {"ws_fp8_paged": True},  # paged fp8 on the Gluon prefill (V transposed by the producer)
     "ws-fp8-paged-q8": {"ws_fp8_paged": True, "fp8_q_for_fp8_kv": True},
+    # paged fp8 with V widened to fp16 by the producer and a 16-bit P@V (no transpose)
+    "ws-fp8-paged-v16": {"ws_fp8_paged_v16": True},
+    "ws-fp8-paged-v16-q8": {"ws_fp8_paged_v16": True, "fp8_q_for_fp8_kv": True},
+    "ws-fp8-paged-v16-bn64-s4": {"ws_fp8_paged_v16": True, "ws_block_n": 64, "ws_stages": 4},
     "ws-pad-d": {"ws_pad_head_dim": True},  # head sizes like 96 in 128-wide Gluon tiles
     "ws-dynamic": {"ws_dynamic": True},  # the persistent grid takes tiles from a shared counter
     # key blocks and ring depth (16-bit pages at D 128 default to 64 keys x 4 slots, everything else to 128 x 2)
@@ -133,9 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--plan", default="all", help=f"one of {sorted(PLANS)} or all")
     parser.add_argument("--out", default=".", help="folder for the JSONL results")
-    parser.add_argument(
-        "--only", default="", help="comma-separated substrings of workload names (^ and $ anchor one)"
-    )
+    parser.add_argument("--only", default="", help="comma-separated substrings of workload names (^ and $ anchor one)")
     parser.add_argument("--variants", default="", help="comma-separated variant names (default: all of the plan)")
     parser.add_argument("--peers", default=",".join(PEERS), help=f"comma-separated peers (default {','.join(PEERS)})")
     parser.add_argument("--no-peers", action="store_true", help="no peers")

@@ -487,6 +487,27 @@ def test_warp_specialized_paged_fp8_prefill_in_64_key_blocks(monkeypatch, head_s
     _check_paged_fp8(monkeypatch, "paged_kv_interleaved", 16, head_size, ws_block_n=64, ws_stages=stages)
 
 
+@pytest.mark.skipif(not (ON_HOPPER and attention_hopper.HAS_GLUON), reason="Gluon kernels run on a Hopper GPU only")
+@pytest.mark.parametrize("kv_layout", ["paged", "paged_heads_major"])
+@pytest.mark.parametrize("head_size", [64, 128])
+def test_warp_specialized_paged_fp8_prefill_with_v_widened(monkeypatch, kv_layout, head_size):
+    """The same with V widened to fp16 by the producer and a 16-bit P@V (config `ws_fp8_paged_v16`)."""
+    _check_paged_fp8(monkeypatch, kv_layout, 16, head_size, ws_fp8_paged_v16=True)
+
+
+@pytest.mark.skipif(not attention_hopper.HAS_GLUON, reason="this triton has no Gluon")
+def test_widened_v_is_planned_for_paged_fp8_only(monkeypatch):
+    fp8 = torch.float8_e4m3fn
+    monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"ws_fp8_paged_v16": True}}))
+    paged = make_inputs([300], [300], num_heads=(8, 2), head_size=128, dtype=fp8, kv_layout="paged")
+    constexprs = _constexprs(paged)
+    assert constexprs["FP8"] and constexprs["P_SCALE_LOG2"] == 0, "a 16-bit P needs no scaling into fp8's range"
+    contiguous = make_inputs([300], [300], num_heads=(8, 2), head_size=128, dtype=fp8)
+    assert _constexprs(contiguous)["P_SCALE_LOG2"] != 0, "contiguous fp8 keeps its key-major V and fp8 P@V"
+    monkeypatch.delenv("TRITONFA_CONFIG")
+    assert _constexprs(paged)["P_SCALE_LOG2"] != 0, "opt-in"
+
+
 def _check_paged_fp8(monkeypatch, kv_layout, block_size, head_size, **config):
     monkeypatch.setenv("TRITONFA_CONFIG", _ws_fp8_config(ws_fp8_paged=True, **config))
     seqlens_q = [300, 129, scaled(17, 700), 0, 64]  # prefills only: every row comes from the Gluon launch

@@ -44,6 +44,9 @@ class AttentionConfig:
     ws_fp8: bool = False
     # with ws_fp8: paged fp8 K/V too (V gathered and transposed by the producer warps; Hopper: on)
     ws_fp8_paged: bool = False
+    # with ws_fp8_paged: the producer widens gathered fp8 V to fp16 (exact) instead of transposing it, and P@V is a
+    # 16-bit wgmma (QK stays fp8; P keeps 10 mantissa bits instead of 3). Opt-in until measured on a GPU
+    ws_fp8_paged_v16: bool = False
     ws_fp8_two_level: bool = True  # fp8 P@V: each block's product added to O in fp32, not chained in the MMA
     ws_stages: int = 0  # K/V ring slots of the Gluon prefill; 0 = attention_hopper.tiles_for's
     ws_paged_tma: bool = False  # Gluon prefill: paged K/V through TMA boxes of a page's keys (else cp.async gathers)

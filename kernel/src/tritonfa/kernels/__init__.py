@@ -237,6 +237,12 @@ def _hopper_prefill_specs() -> list[dict[str, Any]]:
     choices += [(128, True, True, paged, bf16, bf16, False, True, 0, tma, 132, False, 0, True)
                 for paged, tma in ((0, 0), (1, 0), (1, 1))]  # fmt: skip
     choices += [(128, True, True, False, fp8, fp8, False, True, 0, False, 132, False, 0, True)]
+    choices = [(*choice, False) for choice in choices]
+    # paged fp8 with V widened to fp16 by the producer (config `ws_fp8_paged_v16`): fp8 and quantized q, D 64 on the
+    # persistent grid too
+    choices += [(d, True, True, True, fp8, fp8, False, True, 0, False, 0, False, 0, False, True) for d in (64, 128)]
+    choices += [(128, True, True, True, bf16, fp8, True, True, 0, False, 0, False, 0, False, True)]
+    choices += [(64, True, True, True, fp8, fp8, False, True, 0, False, 132, False, 0, False, True)]
     specs = []
     for (
         head_dim,
@@ -253,6 +259,7 @@ def _hopper_prefill_specs() -> list[dict[str, Any]]:
         pf32,
         block_n,
         dynamic,
+        v16,
     ) in choices:
         inputs = _meta_inputs("hopper", q_dtype, kv_dtype, head_dim, paged=paged, decode=False,
                               features=not causal)  # fmt: skip
@@ -263,7 +270,7 @@ def _hopper_prefill_specs() -> list[dict[str, Any]]:
             inputs["q"], inputs["k"], inputs["v"], out, lse, inputs["cu_seqlens_q"], inputs["cu_seqlens_k"],
             inputs["seqused_k"], inputs["block_table"], 0.125, causal, 1, 16, pingpong,
             inputs["q_descale"], inputs["k_descale"], inputs["v_descale"], quantize_q, two_level, stages,
-            bool(paged_tma), programs, pf32, block_n, dynamic,
+            bool(paged_tma), programs, pf32, block_n, dynamic, v16,
         )  # fmt: skip
         name = (
             f"{fn.__name__}[hopper d{head_dim} CAUSAL={causal} RETURN_LSE={lse is not None} PINGPONG={pingpong} "
@@ -275,6 +282,7 @@ def _hopper_prefill_specs() -> list[dict[str, Any]]:
             + (" DYNAMIC" if dynamic else "")
             + (" P_CARRY_F32" if pf32 else "")
             + (f" BLOCK_N={block_n}" if block_n else "")
+            + (" V16" if v16 else "")
             + "]"
         )
         specs.append(dict(name=name, fn=fn, bound_args=args, constexprs=constexprs, options=options, gluon=True))

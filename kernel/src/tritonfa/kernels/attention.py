@@ -852,6 +852,7 @@ def _plan_hopper_prefill(
         config.ws_p_fp32,
         config.ws_block_n,
         config.ws_dynamic,
+        config.ws_fp8_paged_v16,
     )  # fmt: skip
     return KernelLaunch(fn, grid, args, constexprs, options)
 

@@ -437,13 +437,15 @@ if HAS_GLUON:
                            QUANTIZE_Q: gl.constexpr):  # fmt: skip
         # Paged fp8 K/V: gathered as _produce_paged does, V into two staging tiles [BLOCK_N, D] that the producer
         # warps transpose into the key-major slot [D, BLOCK_N] (keys in FP8_KEY_ORDER per group of 16, as _to_p
-        # orders P: the fp8 P@V's K-major operand). Block j + 1's copies are in flight while block j is transposed.
+        # orders P: the fp8 P@V's K-major operand), or, with 16-bit V slots, widen to fp16 row by row (a 16-bit
+        # P@V). Block j + 1's copies are in flight while block j is transposed or widened.
         STAGES: gl.constexpr = k_bufs.type.shape[0]
         BLOCK_N: gl.constexpr = k_bufs.type.shape[1]
         HEAD_DIM: gl.constexpr = k_bufs.type.shape[2]
         CHUNK: gl.constexpr = PAGE_SIZE if PAGE_SIZE < BLOCK_N else BLOCK_N
         WARPS: gl.constexpr = gl.num_warps()
         VEC: gl.constexpr = 16  # fp8 values per 16-byte copy
+        WIDEN_ROWS: gl.constexpr = 32  # 16-bit V slots: rows widened per pass (8 registers of fp8 per thread)
         layout: gl.constexpr = gl.BlockedLayout([1, VEC], [32 // (HEAD_DIM // VEC), HEAD_DIM // VEC], [WARPS, 1],
                                                 [1, 0])  # fmt: skip
         if not QUANTIZE_Q:
@@ -469,10 +471,17 @@ if HAS_GLUON:
             else:
                 async_copy.wait_group(0)
             _thread_barrier()  # every producer warp's rows of block j
-            b_v = v_stage.index(j % 2).load(layout)  # [BN, D], key 16 g + 8 b + 2 a + c as (g, b, a, c)
-            b_v = gl.reshape(b_v, [BLOCK_N // 16, 2, 4, 2, HEAD_DIM])
-            b_v = gl.reshape(gl.permute(b_v, [0, 2, 1, 3, 4]), [BLOCK_N, HEAD_DIM])  # row 16 g + 4 a + 2 b + c
-            v_bufs.index(s).store(gl.permute(b_v, [1, 0]))
+            if v_bufs.dtype.primitive_bitwidth == 8:
+                b_v = v_stage.index(j % 2).load(layout)  # [BN, D], key 16 g + 8 b + 2 a + c as (g, b, a, c)
+                b_v = gl.reshape(b_v, [BLOCK_N // 16, 2, 4, 2, HEAD_DIM])
+                b_v = gl.reshape(gl.permute(b_v, [0, 2, 1, 3, 4]), [BLOCK_N, HEAD_DIM])  # row 16 g + 4 a + 2 b + c
+                v_bufs.index(s).store(gl.permute(b_v, [1, 0]))
+            else:
+                # 16-bit slots [BN, D] (fp8 -> fp16 is exact): rows widened in place, a few rows at a time so the
+                # values fit the producer's registers; no transpose, no reorder (a 16-bit P@V reads V row-major)
+                for r in gl.static_range(BLOCK_N // WIDEN_ROWS):
+                    b_v = v_stage.index(j % 2).slice(r * WIDEN_ROWS, WIDEN_ROWS).load(layout)
+                    v_bufs.index(s).slice(r * WIDEN_ROWS, WIDEN_ROWS).store(b_v.to(v_bufs.dtype))
             fence_async_shared()  # the generic-proxy stores before the consumers' wgmma reads
             _thread_barrier()  # every warp is done with staging tile j % 2 before block j + 2's copies fill it
             mbarrier.arrive(v_ready.index(s), count=1)
@@ -693,8 +702,10 @@ if HAS_GLUON:
         # VALID_D < HEAD_DIM: a head size padded to the tiles' width. The boxes' extra columns hold the next head's
         # values (zeros past the last head): zeroed in Q, so K's cancel in QK; O's are not stored.
         # it0 / turn0 / q_phase: K/V blocks, wgmma turns and Q loads of this program's earlier tiles (persistent).
-        # FP8: V slots are key-major, P and l are scaled by 2^P_SCALE_LOG2, O takes out_scale (V's descale).
+        # FP8: V slots are key-major, P and l are scaled by 2^P_SCALE_LOG2, O takes out_scale (V's descale); with
+        # 16-bit V slots (gathered fp8 V widened by the producer) QK stays fp8 and P@V is a 16-bit one.
         q_smem = q_tile_smem.slice(ROW0, ROWS, dim=0)
+        V_KEY_MAJOR: gl.constexpr = FP8 and v_bufs.dtype.primitive_bitwidth == 8
         WG: gl.constexpr = ROW0 // ROWS  # 0 or 1
         q_tile_start = q_tile_start + ROW0
         BLOCK_M: gl.constexpr = ROWS
@@ -702,16 +713,17 @@ if HAS_GLUON:
         STAGES: gl.constexpr = k_bufs.type.shape[0]
         BLOCK_N: gl.constexpr = k_bufs.type.shape[1]
         INSTR_K: gl.constexpr = 256 // q_smem.dtype.primitive_bitwidth  # wgmma's K: 16 (16-bit), 32 (fp8)
+        INSTR_K_PV: gl.constexpr = 256 // v_bufs.dtype.primitive_bitwidth  # P@V's
         s_layout: gl.constexpr = gl.NVMMADistributedLayout(
             version=[3, 0], warps_per_cta=[num_warps, 1], instr_shape=[16, BLOCK_N, INSTR_K]
         )
         o_layout: gl.constexpr = gl.NVMMADistributedLayout(
-            version=[3, 0], warps_per_cta=[num_warps, 1], instr_shape=[16, HEAD_DIM, INSTR_K]
+            version=[3, 0], warps_per_cta=[num_warps, 1], instr_shape=[16, HEAD_DIM, INSTR_K_PV]
         )
         # registers hold 32 bits of A per k step: 2 16-bit values or 4 fp8 ones
-        p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=INSTR_K // 8)
+        p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=INSTR_K_PV // 8)
         row_layout: gl.constexpr = gl.SliceLayout(1, s_layout)
-        TWO_LEVEL_PV: gl.constexpr = FP8 and TWO_LEVEL
+        TWO_LEVEL_PV: gl.constexpr = V_KEY_MAJOR and TWO_LEVEL
 
         q_pos = q_tile_start + gl.arange(0, BLOCK_M, layout=row_layout)  # [BM] query position in the sequence
         diagonal = seq_k_len - seq_q_len  # bottom-right alignment: query i lines up with key i + diagonal
@@ -755,7 +767,7 @@ if HAS_GLUON:
                                                  True, CAUSAL, BLOCK_N, s_layout, QUANTIZE_Q,
                                                  P_SCALE_LOG2)  # fmt: skip
         p_prev = _to_p(b_p, v_bufs.dtype, p_layout, CARRY_F32)
-        if FP8:
+        if V_KEY_MAJOR:
             if key_shift > 0:
                 # block 0's first keys belong to the sequence before: zero them (and any past this one's end)
                 mbarrier.wait(v_ready.index(s0), (it0 // STAGES) & 1)
@@ -765,14 +777,14 @@ if HAS_GLUON:
             b_o, m_i, l_i, p_prev = _kv_step(j, it0, turn0, q_smem, k_bufs, v_bufs, k_ready, v_ready, kv_empty, turns,
                                              s_zero, o_zero, b_o, m_i, l_i, p_prev, key_shift, q_pos, seq_k_len,
                                              diagonal, qk_scale, False, CAUSAL, s_layout, o_layout, p_layout, WG,
-                                             PINGPONG, FP8, P_SCALE_LOG2, TWO_LEVEL_PV, QUANTIZE_Q,
+                                             PINGPONG, V_KEY_MAJOR, P_SCALE_LOG2, TWO_LEVEL_PV, QUANTIZE_Q,
                                              CARRY_F32)  # fmt: skip
         # blocks on the causal diagonal or past the sequence's last key
         for j in range(gl.maximum(num_full, 1), num_blocks):
             b_o, m_i, l_i, p_prev = _kv_step(j, it0, turn0, q_smem, k_bufs, v_bufs, k_ready, v_ready, kv_empty, turns,
                                              s_zero, o_zero, b_o, m_i, l_i, p_prev, key_shift, q_pos, seq_k_len,
                                              diagonal, qk_scale, True, CAUSAL, s_layout, o_layout, p_layout, WG,
-                                             PINGPONG, FP8, P_SCALE_LOG2, TWO_LEVEL_PV, QUANTIZE_Q,
+                                             PINGPONG, V_KEY_MAJOR, P_SCALE_LOG2, TWO_LEVEL_PV, QUANTIZE_Q,
                                              CARRY_F32)  # fmt: skip
         last = num_blocks - 1
         s_last = (it0 + last) % STAGES
@@ -780,12 +792,13 @@ if HAS_GLUON:
         if ZERO_TAIL and (last + 1) * BLOCK_N - key_shift > seq_k_len:
             # The last block runs past the sequence: its V rows there belong to the next sequence or to whatever
             # follows the last one, and P = 0 does not cancel a non-finite value. Zero them before P@V.
-            if FP8:
+            if V_KEY_MAJOR:
                 _zero_keys_outside(v_bufs.index(s_last), last * BLOCK_N - key_shift, seq_k_len, num_warps)
             else:
                 _zero_rows_from(v_bufs.index(s_last), seq_k_len - last * BLOCK_N, num_warps)
         _wait_turn(turns, turn0 + num_blocks, WG, PINGPONG)
-        o_tok = _pv_issue(p_prev, _v_operand(v_bufs, s_last, FP8), b_o, o_zero, p_layout, TWO_LEVEL_PV, CARRY_F32)
+        o_tok = _pv_issue(p_prev, _v_operand(v_bufs, s_last, V_KEY_MAJOR), b_o, o_zero, p_layout, TWO_LEVEL_PV,
+                          CARRY_F32)  # fmt: skip
         _pass_turn(turns, WG, PINGPONG)
         if TWO_LEVEL_PV:
             b_o = b_o + warpgroup_mma_wait(num_outstanding=0, deps=(o_tok,))
@@ -1116,7 +1129,8 @@ if HAS_GLUON:
     def attention_fwd_hopper_kernel(
         q_desc,  # q as [total_q, Hq * D], blocks [BLOCK_M, D] (QUANTIZE_Q: only its fp8 block type is used)
         k_desc,  # k as [total_k, Hk * D], blocks [BLOCK_N, D] (PAGED: only its block shape and layout are used)
-        v_desc,  # v as [total_k, Hk * D], blocks [BLOCK_N, D] (PAGED: as k_desc; FP8: [Hk * D, keys], [D, BLOCK_N])
+        v_desc,  # v as [total_k, Hk * D], blocks [BLOCK_N, D] (PAGED: as k_desc; FP8: [Hk * D, keys], [D, BLOCK_N];
+        # gathered fp8 widened to 16 bits: an fp16 [BLOCK_N, D] block type, never loaded through)
         q_ptr,  # QUANTIZE_Q: the 16-bit q [total_q, Hq, D]; else unused
         k_ptr,  # PAGED: [num_cache_blocks, PAGE_SIZE, Hk, D] (any strides, D contiguous); else unused
         v_ptr,  # PAGED: as k_ptr
@@ -1196,25 +1210,27 @@ if HAS_GLUON:
         # transposed by the producer warps, which then arrive once (mbarrier.arrive: one thread of the partition)
         READY_COUNT: gl.constexpr = 32 * PAGED_PRODUCER_WARPS if GATHER else 1
         V_READY_COUNT: gl.constexpr = 1 if FP8 else READY_COUNT
+        # fp8 V is key-major with an fp8 P@V, unless the gathering producer widens it to 16 bits (v_desc's dtype)
+        V_KEY_MAJOR: gl.constexpr = FP8 and v_desc.dtype.primitive_bitwidth == 8
         ZERO_TAIL: gl.constexpr = not GATHER  # cp.async gathers zero-fill keys past the sequence themselves
         # a TMA producer is one warp issuing copies; a gathering one computes addresses (4 warps)
         PRODUCER_WARPS: gl.constexpr = PAGED_PRODUCER_WARPS if GATHER else 1
         WORKER_REGS: gl.constexpr = (
-            (CONSUMER_REGS_FP8_GATHER if FP8 else CONSUMER_REGS_PAGED) if GATHER else CONSUMER_REGS
+            (CONSUMER_REGS_FP8_GATHER if V_KEY_MAJOR else CONSUMER_REGS_PAGED) if GATHER else CONSUMER_REGS
         )
         PRODUCER_REGS_: gl.constexpr = (
-            (PRODUCER_REGS_FP8_GATHER if FP8 else PAGED_PRODUCER_REGS) if GATHER else PRODUCER_REGS
+            (PRODUCER_REGS_FP8_GATHER if V_KEY_MAJOR else PAGED_PRODUCER_REGS) if GATHER else PRODUCER_REGS
         )
         HALF: gl.constexpr = BLOCK_M // 2
         FIRST: gl.constexpr = 0
         if PERSISTENT:
             q_bufs = gl.allocate_shared_memory(q_desc.dtype, [Q_BUFS] + q_desc.block_type.shape, q_desc.layout)
             k_bufs = gl.allocate_shared_memory(k_desc.dtype, [STAGES, BLOCK_N, HEAD_DIM], k_desc.layout)
-            if FP8:
+            if V_KEY_MAJOR:
                 v_bufs = gl.allocate_shared_memory(v_desc.dtype, [STAGES, HEAD_DIM, BLOCK_N], v_desc.layout)
             else:
                 v_bufs = gl.allocate_shared_memory(v_desc.dtype, [STAGES, BLOCK_N, HEAD_DIM], v_desc.layout)
-            if FP8 and GATHER:  # gathered fp8 V rows wait here for the producer's transpose
+            if FP8 and GATHER:  # gathered fp8 V rows wait here for the producer's transpose (or widening)
                 v_stage = gl.allocate_shared_memory(k_desc.dtype, [2, BLOCK_N, HEAD_DIM], k_desc.layout)
             else:
                 v_stage = q_bufs  # unused
@@ -1330,12 +1346,13 @@ if HAS_GLUON:
             else:
                 q_smem = gl.allocate_shared_memory(q_desc.dtype, q_desc.block_type.shape, q_desc.layout)
                 k_bufs = gl.allocate_shared_memory(k_desc.dtype, [STAGES, BLOCK_N, HEAD_DIM], k_desc.layout)
-                if FP8:
+                V_KEY_MAJOR: gl.constexpr = FP8 and v_desc.dtype.primitive_bitwidth == 8  # as the kernel's
+                if V_KEY_MAJOR:
                     v_bufs = gl.allocate_shared_memory(v_desc.dtype, [STAGES, HEAD_DIM, BLOCK_N], v_desc.layout)
                 else:
                     v_bufs = gl.allocate_shared_memory(v_desc.dtype, [STAGES, BLOCK_N, HEAD_DIM], v_desc.layout)
                 GATHER: gl.constexpr = PAGED and not PAGED_TMA
-                if FP8 and GATHER:  # gathered fp8 V rows wait here for the producer's transpose
+                if FP8 and GATHER:  # gathered fp8 V rows wait here for the producer's transpose (or widening)
                     v_stage = gl.allocate_shared_memory(k_desc.dtype, [2, BLOCK_N, HEAD_DIM], k_desc.layout)
                 else:
                     v_stage = q_smem  # unused
@@ -1364,10 +1381,10 @@ if HAS_GLUON:
                 # a TMA producer is one warp issuing copies; a gathering one computes addresses (4 warps)
                 PRODUCER_WARPS: gl.constexpr = PAGED_PRODUCER_WARPS if GATHER else 1
                 WORKER_REGS: gl.constexpr = (
-                    (CONSUMER_REGS_FP8_GATHER if FP8 else CONSUMER_REGS_PAGED) if GATHER else CONSUMER_REGS
+                    (CONSUMER_REGS_FP8_GATHER if V_KEY_MAJOR else CONSUMER_REGS_PAGED) if GATHER else CONSUMER_REGS
                 )
                 PRODUCER_REGS_: gl.constexpr = (
-                    (PRODUCER_REGS_FP8_GATHER if FP8 else PAGED_PRODUCER_REGS) if GATHER else PRODUCER_REGS
+                    (PRODUCER_REGS_FP8_GATHER if V_KEY_MAJOR else PAGED_PRODUCER_REGS) if GATHER else PRODUCER_REGS
                 )
                 gl.warp_specialize(
                     [
@@ -1423,7 +1440,8 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
                         pingpong: bool = True, q_descale=None, k_descale=None, v_descale=None,
                         quantize_q: bool = False, two_level: bool = True, stages: int = 0,
                         paged_tma: bool = False, persistent_programs: int = 0,
-                        p_carry_f32: bool = False, block_n: int = 0, dynamic: bool = False):  # fmt: skip
+                        p_carry_f32: bool = False, block_n: int = 0, dynamic: bool = False,
+                        fp8_v16: bool = False):  # fmt: skip
     """(kernel, grid, args, constexprs, options) of one warp-specialized prefill launch; `supports` must hold.
 
     fp8 K/V: V is read from its key-major copy (`key_major_v`, made here); quantize_q rounds a 16-bit q to K's fp8
@@ -1434,7 +1452,8 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
     shares (calls on several streams at once would share it: one stream at a time).
     p_carry_f32: 16-bit P is carried to its P@V in fp32 and converted there (no repacking of a loop-carried 16-bit
     tensor: 32 fewer instructions per block at D 128, 32 more registers; D <= 128, not with gathered pages nor the
-    persistent grid, where it spills). block_n: keys per block (0: tiles_for's).
+    persistent grid, where it spills). block_n: keys per block (0: tiles_for's). fp8_v16: gathered fp8 V is widened
+    to fp16 by the producer (no transpose) and P@V is a 16-bit wgmma; QK stays fp8.
     """
     total_q, num_q_heads, valid_d = q.shape
     head_dim = tile_head_dim(valid_d)  # the tiles' D; a smaller head size is padded (supports' pad_head_dim)
@@ -1474,7 +1493,10 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
             page_rows = (*views[0][3], *views[1][3])
         elif fp8:  # for the slots' shape and swizzle only: K gathered, V gathered and transposed to [D, BLOCK_N]
             k_desc = _layout_descriptor(block_n, head_dim, k.dtype, q.device)
-            v_desc = _layout_descriptor(head_dim, block_n, v.dtype, q.device)
+            if fp8_v16:  # or widened to fp16 [BLOCK_N, D]
+                v_desc = _layout_descriptor(block_n, head_dim, torch.float16, q.device)
+            else:
+                v_desc = _layout_descriptor(head_dim, block_n, v.dtype, q.device)
         else:
             k_desc = v_desc = descriptor(q, block_n)  # for the slots' shape and swizzle only: K/V are gathered
     else:
@@ -1526,7 +1548,8 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
         DECODE_MAX_Q=decode_max_q,
         STAGES=stages,
         FP8=fp8,
-        P_SCALE_LOG2=int(math.log2(p_scale(v.dtype))) if fp8 else 0,
+        # P's factor for an fp8 P@V's range (a 16-bit P@V needs none)
+        P_SCALE_LOG2=int(math.log2(p_scale(v.dtype))) if fp8 and not (paged and fp8_v16) else 0,
         TWO_LEVEL=two_level,
         QUANTIZE_Q=quantize_q,
         Q_MAX=fp8_max(k.dtype) if quantize_q else 0.0,
