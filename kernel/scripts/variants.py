@@ -57,6 +57,10 @@ PREFILL_VARIANTS = {
     "ws-fp8-paged-v16": {"ws_fp8_paged_v16": True},
     "ws-fp8-paged-v16-q8": {"ws_fp8_paged_v16": True, "fp8_q_for_fp8_kv": True},
     "ws-fp8-paged-v16-bn64-s4": {"ws_fp8_paged_v16": True, "ws_block_n": 64, "ws_stages": 4},
+    "ws-fp8-paged-v16-flat": {"ws_fp8_paged_v16": True, "ws_persistent": False},
+    # fp8 at D 128 with 64-key blocks: on the persistent grid (its consumers fit there with 64 keys)
+    "ws-fp8-bn64-persistent": {"ws_block_n": 64},
+    "ws-fp8-bn64-s3-persistent": {"ws_block_n": 64, "ws_stages": 3},
     "ws-pad-d": {"ws_pad_head_dim": True},  # head sizes like 96 in 128-wide Gluon tiles
     "ws-dynamic": {"ws_dynamic": True},  # the persistent grid takes tiles from a shared counter
     # key blocks and ring depth (16-bit pages at D 128 default to 64 keys x 4 slots, everything else to 128 x 2)

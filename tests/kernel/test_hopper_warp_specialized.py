@@ -199,13 +199,28 @@ def test_warp_specialized_persistent_matches_reference(monkeypatch, head_size, c
     check_against_reference(inputs, atol, rtol, causal=causal)
 
 
-@pytest.mark.skipif(not (ON_HOPPER and attention_hopper.HAS_GLUON), reason="Gluon kernels run on a Hopper GPU only")
-def test_warp_specialized_persistent_fp8(monkeypatch):
-    """fp8 on the persistent grid: D 64 only (at D 128 the fp8 consumers spill there, so it keeps one program per
-    tile)."""
+@pytest.mark.skipif(not attention_hopper.HAS_GLUON, reason="this triton has no Gluon")
+def test_fp8_goes_persistent_where_its_consumers_fit(monkeypatch):
+    fp8 = torch.float8_e4m3fn
     monkeypatch.setenv("TRITONFA_CONFIG", _ws_fp8_config(ws_persistent=True))
-    assert not _constexprs(_fp8_batch(128, torch.float8_e4m3fn))["PERSISTENT"]
-    inputs = _fp8_batch(64, torch.float8_e4m3fn, use_seqused_k=True)
+    assert _constexprs(_fp8_batch(64, fp8))["PERSISTENT"]
+    assert not _constexprs(_fp8_batch(128, fp8))["PERSISTENT"], "D 128, 128-key blocks: the fp8 P@V spills"
+    paged = make_inputs([300], [300], num_heads=(8, 2), head_size=128, dtype=fp8, kv_layout="paged")
+    assert not _constexprs(paged)["PERSISTENT"]
+    monkeypatch.setenv("TRITONFA_CONFIG", _ws_fp8_config(ws_persistent=True, ws_block_n=64))
+    assert _constexprs(_fp8_batch(128, fp8))["PERSISTENT"], "64-key blocks fit"
+    monkeypatch.setenv("TRITONFA_CONFIG", _ws_fp8_config(ws_persistent=True, ws_fp8_paged_v16=True))
+    assert _constexprs(paged)["PERSISTENT"], "a 16-bit P@V fits"
+    assert not _constexprs(_fp8_batch(128, fp8))["PERSISTENT"], "contiguous fp8 keeps its fp8 P@V"
+
+
+@pytest.mark.skipif(not (ON_HOPPER and attention_hopper.HAS_GLUON), reason="Gluon kernels run on a Hopper GPU only")
+@pytest.mark.parametrize("head_size, block_n", [(64, 0), (128, 64)])
+def test_warp_specialized_persistent_fp8(monkeypatch, head_size, block_n):
+    """fp8 on the persistent grid: D 64, and D 128 with 64-key blocks (with 128 its consumers spill there, so it
+    keeps one program per tile)."""
+    monkeypatch.setenv("TRITONFA_CONFIG", _ws_fp8_config(ws_persistent=True, ws_block_n=block_n))
+    inputs = _fp8_batch(head_size, torch.float8_e4m3fn, use_seqused_k=True)
     assert _plan(inputs)[0] == WS and _constexprs(inputs)["PERSISTENT"]
     descales = {name: fp8_descale("per_head", inputs.batch, inputs.num_kv_heads)
                 for name in ("q_descale", "k_descale", "v_descale")}  # fmt: skip
@@ -491,8 +506,10 @@ def test_warp_specialized_paged_fp8_prefill_in_64_key_blocks(monkeypatch, head_s
 @pytest.mark.parametrize("kv_layout", ["paged", "paged_heads_major"])
 @pytest.mark.parametrize("head_size", [64, 128])
 def test_warp_specialized_paged_fp8_prefill_with_v_widened(monkeypatch, kv_layout, head_size):
-    """The same with V widened to fp16 by the producer and a 16-bit P@V (config `ws_fp8_paged_v16`)."""
+    """The same with V widened to fp16 by the producer and a 16-bit P@V (config `ws_fp8_paged_v16`), on the
+    persistent grid (its default where the consumers fit) and on one program per tile."""
     _check_paged_fp8(monkeypatch, kv_layout, 16, head_size, ws_fp8_paged_v16=True)
+    _check_paged_fp8(monkeypatch, kv_layout, 16, head_size, ws_fp8_paged_v16=True, ws_persistent=False)
 
 
 @pytest.mark.skipif(not attention_hopper.HAS_GLUON, reason="this triton has no Gluon")

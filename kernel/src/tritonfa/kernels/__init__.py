@@ -242,7 +242,9 @@ def _hopper_prefill_specs() -> list[dict[str, Any]]:
     # persistent grid too
     choices += [(d, True, True, True, fp8, fp8, False, True, 0, False, 0, False, 0, False, True) for d in (64, 128)]
     choices += [(128, True, True, True, bf16, fp8, True, True, 0, False, 0, False, 0, False, True)]
-    choices += [(64, True, True, True, fp8, fp8, False, True, 0, False, 132, False, 0, False, True)]
+    choices += [(d, True, True, True, fp8, fp8, False, True, 0, False, 132, False, 0, False, True) for d in (64, 128)]
+    # fp8 at D 128 on the persistent grid with 64-key blocks (where its consumers fit)
+    choices += [(128, True, True, False, fp8, fp8, False, True, 0, False, 132, False, 64, False, False)]
     specs = []
     for (
         head_dim,

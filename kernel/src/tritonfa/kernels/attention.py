@@ -844,10 +844,9 @@ def _plan_hopper_prefill(
         q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, softmax_scale, causal, seq_filter,
         DECODE_MAX_SEQLEN_Q, config.ws_pingpong, q_descale, k_descale, v_descale, quantize_q, config.ws_fp8_two_level,
         config.ws_stages, config.ws_paged_tma,
-        # one program per SM, two at D 64 (their shared memory fits twice); not at D 256 (its consumers spill), nor
-        # with fp8 K/V above D 64 (the fp8 consumers spill ~220 instructions on the persistent grid at D 128)
+        # one program per SM, two at D 64 (their shared memory fits twice), where the persistent consumers fit
         _multiprocessor_count(q.device) * (2 if q.shape[-1] <= 64 else 1)
-        if config.ws_persistent and q.shape[-1] <= (64 if is_fp8(k.dtype) else 128)
+        if config.ws_persistent and _persistent_fits(q.shape[-1], is_fp8(k.dtype), block_table is not None, config)
         else 0,
         config.ws_p_fp32,
         config.ws_block_n,
@@ -855,6 +854,17 @@ def _plan_hopper_prefill(
         config.ws_fp8_paged_v16,
     )  # fmt: skip
     return KernelLaunch(fn, grid, args, constexprs, options)
+
+
+def _persistent_fits(head_dim: int, fp8: bool, paged: bool, config: AttentionConfig) -> bool:
+    """Whether the persistent grid's consumers keep their loops out of local memory (sm_90 SASS): not at D 256; fp8
+    K/V at D 128 only with 64-key blocks or with gathered V widened to fp16 (the two-level fp8 P@V with 128-key
+    blocks spills ~220 instructions there, 0 with either)."""
+    if head_dim > 128:
+        return False
+    if not fp8 or head_dim <= 64:
+        return True
+    return config.ws_block_n == 64 or (paged and config.ws_fp8_paged_v16)
 
 
 def _plan_launch(
