@@ -15,6 +15,9 @@
 #                          WS_TESTS_TIMEOUT seconds; log ws_tests_<step number>.log, exit status ws_tests_<n>.rc
 #   gate:N                 run the steps after it, up to gate-end, only if step N's tests passed (ws_tests_N.rc is 0)
 #   gate-end               end of the gated steps
+#   profile                Nsight Compute counters of one Gluon prefill launch per workload x variant
+#                          (kernel/scripts/profile_prefill.py; killed after PROFILE_TIMEOUT seconds, default 300)
+#   profile:ONLY:VARIANTS  the same for ONLY workloads and VARIANTS ('+' for ',')
 #   mask-cost              bounds on vs off (kernel/scripts/mask_cost.py, MASK_COST_ROUNDS rounds, default 3;
 #                          MASK_COST_CONFIG: TRITONFA_CONFIG for it)
 #   verify                 GPU test suite, memcheck, benchmark (gpu_verify.sh; PEER_PYTHONPATH / PEER_READY;
@@ -68,6 +71,12 @@ export PYTHONPATH="$PWD/kernel/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=
         rc_file="$out/ws_tests_${step#gate:}.rc"
         if [ "$(cat "$rc_file" 2>/dev/null)" != 0 ]; then skipping=1; fi
         echo "gate on $rc_file: $(cat "$rc_file" 2>/dev/null || echo missing), skipping=$skipping" ;;
+      profile) timeout -s KILL "${PROFILE_TIMEOUT:-300}" python3 kernel/scripts/profile_prefill.py \
+        --out "$out/profile" 2>&1 | tail -n 20 ;;
+      profile:*)
+        IFS=':' read -r _ only variants <<< "$step"
+        timeout -s KILL "${PROFILE_TIMEOUT:-300}" python3 kernel/scripts/profile_prefill.py --out "$out/profile" \
+          --only "${only//+/,}" --variants "${variants//+/,}" 2>&1 | tail -n 20 ;;
       mask-cost)  # MASK_COST_CONFIG: the TRITONFA_CONFIG of both sides (its patches cover the portable kernel)
         TRITONFA_CONFIG="${MASK_COST_CONFIG:-${TRITONFA_CONFIG:-}}" python3 kernel/scripts/mask_cost.py \
           --rounds "${MASK_COST_ROUNDS:-3}" --out "$out/mask_cost" 2>&1 | tail -n 30 ;;

@@ -1,0 +1,158 @@
+"""Hardware counters of one prefill launch per (workload, config), through Nsight Compute: where the Gluon prefill's
+time goes (issue 11 asks for the evidence behind each gap to FA3: tensor-pipe use, warp stall reasons).
+
+For every workload x variant it starts one `ncu` process on this script's `--child` mode, which runs tritonfa on
+the bench's case three times (compile, warm-up, the profiled call); ncu keeps the third launch of the Gluon
+kernel only. The clocks are left alone (`--clock-control none`, as the device notes ask). Then it exports each
+report's details page as CSV and writes a table of the chosen metrics.
+
+    python kernel/scripts/profile_prefill.py --out DIR                  # the default workloads and variants
+    python kernel/scripts/profile_prefill.py --out DIR --only prefill-b4x4096-noncausal --variants default
+
+Variants name `TRITONFA_CONFIG` overrides from kernel/scripts/variants.py's PREFILL_VARIANTS. Writes
+DIR/profile-<workload>-<variant>.csv (ncu's details page) and DIR/profile.md (the summary table). Needs ncu (on
+the PATH, or under /opt/nvidia/nsight-compute/*/) and a GPU; exit status 2 when ncu is missing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import glob
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent / "src"))
+
+KERNEL = "attention_fwd_hopper_kernel"
+WORKLOADS = ("prefill-b4x4096-noncausal", "prefill-b8x2048-causal", "fp8-prefill-b8x2048-causal-paged")
+VARIANTS = ("default",)
+# (label, ncu metric name): what the summary shows; the CSV keeps every metric of the sections
+METRICS = (
+    ("duration us", "Duration"),
+    ("SM busy %", "Compute (SM) Throughput"),
+    ("issue slots busy %", "Issue Slots Busy"),
+    ("registers", "Registers Per Thread"),
+    ("warp cycles / instr", "Warp Cycles Per Issued Instruction"),
+    ("issued IPC", "Issued Ipc Active"),
+    ("L2 hit %", "L2 Hit Rate"),
+    ("DRAM %", "DRAM Throughput"),
+)
+SECTIONS = ("SpeedOfLight", "ComputeWorkloadAnalysis", "SchedulerStats", "WarpStateStats", "LaunchStats", "Occupancy",
+            "MemoryWorkloadAnalysis")  # fmt: skip
+
+
+def find_ncu() -> str | None:
+    found = shutil.which("ncu")
+    if found:
+        return found
+    candidates = sorted(glob.glob("/opt/nvidia/nsight-compute/*/ncu"))
+    return candidates[-1] if candidates else None
+
+
+def child(workload_name: str) -> None:
+    """Three calls of tritonfa on the bench's case (the third is the one ncu keeps)."""
+    import torch
+
+    from tritonfa.bench import make_case
+    from tritonfa.bench.peers import prepare_tritonfa
+    from tritonfa.bench.workloads import WORKLOADS as ALL
+
+    workload = next(w for w in ALL if w.name == workload_name)
+    case = make_case(workload, torch.device("cuda"))
+    run = prepare_tritonfa(case).run
+    for _ in range(3):
+        run()
+    torch.cuda.synchronize()
+
+
+def export(ncu: str, report: Path, page: str) -> str:
+    return subprocess.run([ncu, "--import", str(report), "--page", page, "--csv"], capture_output=True, text=True,
+                          check=True).stdout  # fmt: skip
+
+
+def raw_metrics(text: str) -> dict[str, float]:
+    """The raw page (a header row of metric names, a row of units, a row per kernel) as {name: value}."""
+    rows = list(csv.reader(io.StringIO(text)))
+    if len(rows) < 3:
+        return {}
+    values = {}
+    for name, value in zip(rows[0], rows[2]):
+        try:
+            values[name] = float(value.replace(",", ""))
+        except ValueError:
+            pass
+    return values
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", default=".", help="folder for the reports, CSVs and profile.md")
+    parser.add_argument("--only", default=",".join(WORKLOADS), help="comma-separated bench workload names")
+    parser.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated variants.py prefill variants")
+    parser.add_argument("--child", default="", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        child(args.child)
+        return 0
+
+    from variants import PREFILL_VARIANTS  # kernel/scripts/variants.py
+
+    ncu = find_ncu()
+    if ncu is None:
+        print("profile_prefill: ncu not found (PATH, /opt/nvidia/nsight-compute/*/ncu)", file=sys.stderr)
+        return 2
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for workload in [w for w in args.only.split(",") if w]:
+        for variant in [v for v in args.variants.split(",") if v]:
+            config = {k: v for k, v in PREFILL_VARIANTS[variant].items() if k != "env"}
+            env = {**os.environ, "TRITONFA_CONFIG": json.dumps(config), "PYTHONPATH": str(HERE.parent / "src")}
+            report = out / f"profile-{workload}-{variant}"
+            command = [ncu, "--clock-control", "none", "--kernel-name", f"regex:{KERNEL}", "--launch-skip", "2",
+                       "--launch-count", "1", "--force-overwrite", "-o", str(report)]  # fmt: skip
+            command += [arg for section in SECTIONS for arg in ("--section", section)]
+            command += [sys.executable, __file__, "--child", workload]
+            done = subprocess.run(command, env=env, capture_output=True, text=True)
+            if done.returncode != 0 or not report.with_suffix(".ncu-rep").exists():
+                print(f"{workload} {variant}: ncu failed ({done.returncode}): {done.stderr[-800:]}", flush=True)
+                continue
+            details_csv = export(ncu, report.with_suffix(".ncu-rep"), "details")
+            raw_csv = export(ncu, report.with_suffix(".ncu-rep"), "raw")
+            (out / f"profile-{workload}-{variant}.csv").write_text(details_csv)
+            (out / f"profile-{workload}-{variant}-raw.csv").write_text(raw_csv)
+            report.with_suffix(".ncu-rep").unlink()  # the CSVs hold what the table needs; reports are large
+            metrics = list(csv.DictReader(io.StringIO(details_csv)))
+            values = {
+                m.get("Metric Name"): f"{m.get('Metric Value')} {m.get('Metric Unit', '')}".strip() for m in metrics
+            }
+            raw = raw_metrics(raw_csv)
+            # stall reasons: warps stalled per issued instruction, by reason (WarpStateStats' raw metrics)
+            prefix = "smsp__average_warps_issue_stalled_"
+            stalls = sorted(((name[len(prefix):].split("_per_")[0], value) for name, value in raw.items()
+                             if name.startswith(prefix) and name.endswith("_per_issue_active.ratio")),
+                            key=lambda item: -item[1])[:5]  # fmt: skip
+            pipes = {name: value for name, value in raw.items() if "pipe_tensor" in name and "pct_of_peak" in name}
+            tensor = max(pipes.values()) if pipes else None
+            rows.append((workload, variant, [values.get(name, "-") for _, name in METRICS], stalls, tensor))
+            print(workload, variant, rows[-1][2], flush=True)
+    with open(out / "profile.md", "w") as sink:
+        header = ["workload", "variant", *(label for label, _ in METRICS), "tensor pipe %", "top stalls (per instr)"]
+        sink.write("| " + " | ".join(header) + " |\n" + "|---" * len(header) + "|\n")
+        for workload, variant, values, stalls, tensor in rows:
+            top = "; ".join(f"{name} {value:.2f}" for name, value in stalls) or "-"
+            pipe = f"{tensor:.1f}" if tensor is not None else "-"
+            sink.write(f"| {workload} | {variant} | " + " | ".join(values) + f" | {pipe} | {top} |\n")
+    print((out / "profile.md").read_text())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
