@@ -119,7 +119,14 @@ PLANS = {
         ["mixed-4x512+60-paged"],
         {
             name: PREFILL_VARIANTS[name]
-            for name in ("default", "ws-persistent", "ws-paged-tma", "ws-persistent-paged-tma", "ws-dynamic")
+            for name in (
+                "default",
+                "ws-persistent",
+                "ws-paged-tma",
+                "ws-persistent-paged-tma",
+                "ws-dynamic",
+                "ws-bn128",
+            )
         },
     ),
 }
