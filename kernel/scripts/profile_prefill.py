@@ -1,15 +1,17 @@
-"""Hardware counters of one prefill launch per (workload, config), through Nsight Compute: where the Gluon prefill's
-time goes (issue 11 asks for the evidence behind each gap to FA3: tensor-pipe use, warp stall reasons).
+"""Hardware counters of one attention launch per (workload, config), through Nsight Compute: where the time goes
+(issues 11 and 12 ask for the evidence behind each gap to FA3: tensor-pipe use, warp stall reasons). Prefill
+workloads on Hopper profile the Gluon prefill, decode workloads the portable kernel's decode launch.
 
 For every workload x variant it starts one `ncu` process on this script's `--child` mode, which runs tritonfa on
-the bench's case three times (compile, warm-up, the profiled call); ncu keeps the third launch of the Gluon
-kernel only. The clocks are left alone (`--clock-control none`, as the device notes ask). Then it exports each
-report's details page as CSV and writes a table of the chosen metrics.
+the bench's case three times (compile, warm-up, the profiled call); ncu keeps the third launch of an attention
+kernel (`attention_fwd*`; a mixed batch's calls launch two, so there it is the second call's prefill launch).
+The clocks are left alone (`--clock-control none`, as the device notes ask). Then it exports each report's
+details and raw pages as CSV and writes a table of the chosen metrics.
 
     python kernel/scripts/profile_prefill.py --out DIR                  # the default workloads and variants
     python kernel/scripts/profile_prefill.py --out DIR --only prefill-b4x4096-noncausal --variants default
 
-Variants name `TRITONFA_CONFIG` overrides from kernel/scripts/variants.py's PREFILL_VARIANTS. Writes
+Variants name `TRITONFA_CONFIG` overrides from kernel/scripts/variants.py (its prefill and decode variants). Writes
 DIR/profile-<workload>-<variant>.csv (ncu's details page) and DIR/profile.md (the summary table). Needs ncu (on
 the PATH, or under /opt/nvidia/nsight-compute/*/) and a GPU; exit status 2 when ncu is missing.
 """
@@ -30,7 +32,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "src"))
 
-KERNEL = "attention_fwd_hopper_kernel"
+KERNEL = "^attention_fwd"  # the Gluon prefill and the portable kernel, not the split-KV combine
 WORKLOADS = ("prefill-b4x4096-noncausal", "prefill-b8x2048-causal", "fp8-prefill-b8x2048-causal-paged")
 VARIANTS = ("default",)
 # (label, ncu metric name): what the summary shows; the CSV keeps every metric of the sections
@@ -102,7 +104,9 @@ def main(argv: list[str] | None = None) -> int:
         child(args.child)
         return 0
 
-    from variants import PREFILL_VARIANTS  # kernel/scripts/variants.py
+    from variants import DECODE_VARIANTS, PREFILL_VARIANTS  # kernel/scripts/variants.py
+
+    known = {**DECODE_VARIANTS, **PREFILL_VARIANTS}
 
     ncu = find_ncu()
     if ncu is None:
@@ -113,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for workload in [w for w in args.only.split(",") if w]:
         for variant in [v for v in args.variants.split(",") if v]:
-            config = {k: v for k, v in PREFILL_VARIANTS[variant].items() if k != "env"}
+            config = {k: v for k, v in known[variant].items() if k != "env"}
             env = {**os.environ, "TRITONFA_CONFIG": json.dumps(config), "PYTHONPATH": str(HERE.parent / "src")}
             report = out / f"profile-{workload}-{variant}"
             command = [ncu, "--clock-control", "none", "--kernel-name", f"regex:{KERNEL}", "--launch-skip", "2",
