@@ -1462,11 +1462,11 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
     num_kv_heads = k.shape[-2]
     num_seqs = cu_seqlens_q.shape[0] - 1
     default_block_n, default_stages = tiles_for(head_dim, paged and not fp8)
-    widest_block_n, _ = tiles_for(head_dim)
+    widest_block_n, widest_stages = tiles_for(head_dim)  # the largest block that fits, and its ring depth
     if block_n not in (64, 128) or block_n > widest_block_n:  # what fits the shared memory and the tiles' layouts
         block_n = default_block_n
-    if not stages:  # a block size other than the default: the ring depth that fits with it
-        stages = default_stages if block_n == default_block_n else tiles_for(head_dim)[1]
+    if not stages:  # a block size other than the default: the ring depth that fits with the widest
+        stages = default_stages if block_n == default_block_n else widest_stages
 
     def descriptor(t: torch.Tensor, rows: int) -> GluonTensorDescriptor:
         # [tokens, heads * D] in boxes [rows, tile D]: a padded head's box runs into the next head (zeros past the
