@@ -58,6 +58,11 @@ PREFILL_VARIANTS = {
     "ws-fp8-paged-v16-q8": {"ws_fp8_paged_v16": True, "fp8_q_for_fp8_kv": True},
     "ws-fp8-paged-v16-bn64-s4": {"ws_fp8_paged_v16": True, "ws_block_n": 64, "ws_stages": 4},
     "ws-fp8-paged-v16-flat": {"ws_fp8_paged_v16": True, "ws_persistent": False},
+    # a 16-bit q with paged fp8 K/V, not rounded: K widened to q's type by the producer too (16-bit QK and P@V)
+    "ws-fp8-paged-k16": {"ws_fp8_paged_k16": True},
+    "ws-fp8-paged-k16-flat": {"ws_fp8_paged_k16": True, "ws_persistent": False},
+    # the transposed V and fp8 P@V (session 8's paged fp8), for A/B against the widened V (the default since session 9)
+    "ws-fp8-paged-v8": {"ws_fp8_paged_v16": False},
     # fp8 at D 128 with 64-key blocks: on the persistent grid (its consumers fit there with 64 keys)
     "ws-fp8-bn64-persistent": {"ws_block_n": 64},
     "ws-fp8-bn64-s3-persistent": {"ws_block_n": 64, "ws_stages": 3},
@@ -81,6 +86,11 @@ DECODE_VARIANTS = {
     # deeper K/V pipelines: an fp8 stage is half a 16-bit one's bytes, so fp8 decode keeps fewer bytes in flight
     "s6": {"num_stages": 6},
     "bn256-s3": {"block_n": 256, "num_stages": 3},
+    # fewer registers per program (sm_90, fp8-KV decode tile 16 x 128 x 4 slots: 255 registers, 2 programs per SM, half
+    # the bf16 decode's bytes in flight): 32-key blocks take 168 (3 programs) with 8-10 slots, 64-key ones 190-214
+    "bn32-s8": {"block_n": 32, "num_stages": 8},
+    "bn32-s10": {"block_n": 32, "num_stages": 10},
+    "bn64-s8": {"block_n": 64, "num_stages": 8},
 }
 PLANS = {
     "prefill": (

@@ -170,6 +170,7 @@ def test_a_16_bit_paged_cache_at_d128_runs_64_key_blocks_in_4_slots(monkeypatch)
     assert tiles(head_size=64, kv_layout="paged") == (128, 2)
     assert tiles(head_size=256, kv_layout="paged") == (64, 2)
     assert tiles(head_size=128, kv_layout="paged", dtype=torch.float8_e4m3fn) == (128, 2), "fp8 pages"
+    assert tiles(head_size=128, dtype=torch.float8_e4m3fn) == (64, 3), "causal contiguous fp8"
     monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"ws_stages": 3}}))
     assert tiles(head_size=128, kv_layout="paged") == (64, 3), "ws_stages overrides"
 
@@ -202,16 +203,21 @@ def test_warp_specialized_persistent_matches_reference(monkeypatch, head_size, c
 @pytest.mark.skipif(not attention_hopper.HAS_GLUON, reason="this triton has no Gluon")
 def test_fp8_goes_persistent_where_its_consumers_fit(monkeypatch):
     fp8 = torch.float8_e4m3fn
-    monkeypatch.setenv("TRITONFA_CONFIG", _ws_fp8_config(ws_persistent=True))
+    monkeypatch.setenv("TRITONFA_CONFIG", _ws_fp8_config(ws_persistent=True, ws_fp8_paged_v16=False))
     assert _constexprs(_fp8_batch(64, fp8))["PERSISTENT"]
-    assert not _constexprs(_fp8_batch(128, fp8))["PERSISTENT"], "D 128, 128-key blocks: the fp8 P@V spills"
+    causal = _constexprs(_fp8_batch(128, fp8))
+    assert causal["PERSISTENT"] and (causal["BLOCK_N"], causal["STAGES"]) == (64, 3), "causal D 128: 64-key blocks"
+    non_causal = _constexprs(_fp8_batch(128, fp8), window_right=-1)
+    assert not non_causal["PERSISTENT"] and non_causal["BLOCK_N"] == 128, "128-key blocks: the fp8 P@V spills"
     paged = make_inputs([300], [300], num_heads=(8, 2), head_size=128, dtype=fp8, kv_layout="paged")
-    assert not _constexprs(paged)["PERSISTENT"]
+    assert not _constexprs(paged)["PERSISTENT"], "paged fp8 with V transposed: 128-key blocks"
+    monkeypatch.setenv("TRITONFA_CONFIG", _ws_fp8_config(ws_persistent=True, ws_block_n=128))
+    assert not _constexprs(_fp8_batch(128, fp8))["PERSISTENT"], "128-key blocks asked for"
     monkeypatch.setenv("TRITONFA_CONFIG", _ws_fp8_config(ws_persistent=True, ws_block_n=64))
-    assert _constexprs(_fp8_batch(128, fp8))["PERSISTENT"], "64-key blocks fit"
+    assert _constexprs(_fp8_batch(128, fp8), window_right=-1)["PERSISTENT"], "64-key blocks fit"
     monkeypatch.setenv("TRITONFA_CONFIG", _ws_fp8_config(ws_persistent=True, ws_fp8_paged_v16=True))
     assert _constexprs(paged)["PERSISTENT"], "a 16-bit P@V fits"
-    assert not _constexprs(_fp8_batch(128, fp8))["PERSISTENT"], "contiguous fp8 keeps its fp8 P@V"
+    assert not _constexprs(_fp8_batch(128, fp8), window_right=-1)["PERSISTENT"], "contiguous fp8 keeps its fp8 P@V"
 
 
 @pytest.mark.skipif(not (ON_HOPPER and attention_hopper.HAS_GLUON), reason="Gluon kernels run on a Hopper GPU only")
@@ -498,8 +504,20 @@ def test_warp_specialized_paged_fp8_prefill_matches_reference(monkeypatch, kv_la
 @pytest.mark.parametrize("stages", [2, 4])
 @pytest.mark.parametrize("head_size", [64, 128])
 def test_warp_specialized_paged_fp8_prefill_in_64_key_blocks(monkeypatch, head_size, stages):
-    """The same with 64-key blocks (config `ws_block_n`; the 128-key producer spills its V transposition at D 128)."""
+    """The same with 64-key blocks (config `ws_block_n`; the 128-key producer spills its V transposition at D 128),
+    V transposed and V widened."""
+    _check_paged_fp8(
+        monkeypatch, "paged_kv_interleaved", 16, head_size, ws_block_n=64, ws_stages=stages, ws_fp8_paged_v16=False
+    )
     _check_paged_fp8(monkeypatch, "paged_kv_interleaved", 16, head_size, ws_block_n=64, ws_stages=stages)
+
+
+@pytest.mark.skipif(not (ON_HOPPER and attention_hopper.HAS_GLUON), reason="Gluon kernels run on a Hopper GPU only")
+@pytest.mark.parametrize("kv_layout", ["paged", "paged_heads_major"])
+@pytest.mark.parametrize("head_size", [64, 128])
+def test_warp_specialized_paged_fp8_prefill_with_v_transposed(monkeypatch, kv_layout, head_size):
+    """The same with V transposed by the producer and an fp8 P@V (`ws_fp8_paged_v16` off)."""
+    _check_paged_fp8(monkeypatch, kv_layout, 16, head_size, ws_fp8_paged_v16=False)
 
 
 @pytest.mark.skipif(not (ON_HOPPER and attention_hopper.HAS_GLUON), reason="Gluon kernels run on a Hopper GPU only")
@@ -512,6 +530,44 @@ def test_warp_specialized_paged_fp8_prefill_with_v_widened(monkeypatch, kv_layou
     _check_paged_fp8(monkeypatch, kv_layout, 16, head_size, ws_fp8_paged_v16=True, ws_persistent=False)
 
 
+@pytest.mark.skipif(not (ON_HOPPER and attention_hopper.HAS_GLUON), reason="Gluon kernels run on a Hopper GPU only")
+@pytest.mark.parametrize("persistent", [True, False])
+@pytest.mark.parametrize("q_dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("kv_layout", ["paged", "paged_kv_interleaved", "paged_heads_major"])
+@pytest.mark.parametrize("head_size", [64, 128])
+def test_warp_specialized_paged_fp8_prefill_with_k_widened(monkeypatch, head_size, kv_layout, q_dtype, persistent):
+    """A 16-bit q with paged fp8 K/V, q not rounded (config `ws_fp8_paged_k16`): the producer widens K to q's type
+    and V to fp16, both 16-bit dots; odd lengths, an empty sequence, NaN in the cache's unused slots, descales."""
+    monkeypatch.setenv("TRITONFA_CONFIG", _ws_fp8_config(ws_fp8_paged=True, ws_fp8_paged_v16=True,
+                                                         ws_fp8_paged_k16=True, ws_persistent=persistent))  # fmt: skip
+    seqlens_q = [300, 129, scaled(17, 700), 0, 64]
+    seqlens_k = [300, 1000, scaled(50, 900), 7, 64]
+    inputs = make_inputs(seqlens_q, seqlens_k, num_heads=(32, 8), head_size=head_size, dtype=q_dtype,
+                         kv_dtype=torch.float8_e4m3fn, kv_layout=kv_layout, block_size=16)  # fmt: skip
+    constexprs = _constexprs(inputs)
+    assert _plan(inputs)[0] == WS and not constexprs["QUANTIZE_Q"] and constexprs["PERSISTENT"] == persistent
+    descale = fp8_descale("per_head", inputs.batch, inputs.num_kv_heads)
+    check_low_precision(inputs, causal=True, k_descale=descale, v_descale=descale)
+    check_low_precision(inputs, causal=False)
+
+
+@pytest.mark.skipif(not attention_hopper.HAS_GLUON, reason="this triton has no Gluon")
+def test_widened_k_is_planned_for_a_16_bit_q_with_paged_fp8(monkeypatch):
+    fp8 = torch.float8_e4m3fn
+    paged = make_inputs([300], [300], num_heads=(8, 2), head_size=128, kv_dtype=fp8, kv_layout="paged")
+    contiguous = make_inputs([300], [300], num_heads=(8, 2), head_size=128, kv_dtype=fp8)
+    assert _plan(paged)[0] == PORTABLE, "opt-in: the portable kernel's exact fp16 QK by default"
+    monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"ws_fp8_paged_k16": True}}))
+    constexprs = _constexprs(paged)
+    assert _plan(paged)[0] == WS and not constexprs["QUANTIZE_Q"] and constexprs["P_SCALE_LOG2"] == 0
+    assert (constexprs["BLOCK_N"], constexprs["STAGES"]) == (64, 3), "16-bit K and V slots beside fp8 staging"
+    assert _plan(contiguous)[0] == PORTABLE, "contiguous fp8 K/V: only a q rounded to fp8"
+    monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"ws_fp8_paged_k16": True, "fp8_q_for_fp8_kv": True}}))
+    assert _constexprs(paged)["QUANTIZE_Q"], "a caller who allows q's rounding gets the fp8 QK"
+    monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"ws_fp8_paged_k16": True, "ws_fp8_paged_v16": False}}))
+    assert _plan(paged)[0] == PORTABLE, "K widened only beside a widened V"
+
+
 @pytest.mark.skipif(not attention_hopper.HAS_GLUON, reason="this triton has no Gluon")
 def test_widened_v_is_planned_for_paged_fp8_only(monkeypatch):
     fp8 = torch.float8_e4m3fn
@@ -522,7 +578,9 @@ def test_widened_v_is_planned_for_paged_fp8_only(monkeypatch):
     contiguous = make_inputs([300], [300], num_heads=(8, 2), head_size=128, dtype=fp8)
     assert _constexprs(contiguous)["P_SCALE_LOG2"] != 0, "contiguous fp8 keeps its key-major V and fp8 P@V"
     monkeypatch.delenv("TRITONFA_CONFIG")
-    assert _constexprs(paged)["P_SCALE_LOG2"] != 0, "opt-in"
+    assert _constexprs(paged)["P_SCALE_LOG2"] == 0, "on by default"
+    monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"ws_fp8_paged_v16": False}}))
+    assert _constexprs(paged)["P_SCALE_LOG2"] != 0, "off: V transposed, fp8 P@V"
 
 
 def _check_paged_fp8(monkeypatch, kv_layout, block_size, head_size, **config):

@@ -45,8 +45,11 @@ class AttentionConfig:
     # with ws_fp8: paged fp8 K/V too (V gathered and transposed by the producer warps; Hopper: on)
     ws_fp8_paged: bool = False
     # with ws_fp8_paged: the producer widens gathered fp8 V to fp16 (exact) instead of transposing it, and P@V is a
-    # 16-bit wgmma (QK stays fp8; P keeps 10 mantissa bits instead of 3). Opt-in until measured on a GPU
+    # 16-bit wgmma (QK stays fp8; P keeps 10 mantissa bits instead of 3). Hopper: on
     ws_fp8_paged_v16: bool = False
+    # with ws_fp8_paged_v16: a 16-bit q with paged fp8 K/V (not rounded: fp8_q_for_fp8_kv off) goes there too, K widened
+    # to q's type by the producer as V is (exact), QK a 16-bit wgmma. Opt-in until measured on a GPU
+    ws_fp8_paged_k16: bool = False
     ws_fp8_two_level: bool = True  # fp8 P@V: each block's product added to O in fp32, not chained in the MMA
     ws_stages: int = 0  # K/V ring slots of the Gluon prefill; 0 = attention_hopper.tiles_for's
     ws_paged_tma: bool = False  # Gluon prefill: paged K/V through TMA boxes of a page's keys (else cp.async gathers)
@@ -123,6 +126,7 @@ _HOPPER_PREFILL = dict(
     ws_paged_tma=True,
     ws_fp8=True,
     ws_fp8_paged=True,
+    ws_fp8_paged_v16=True,
     ws_pad_head_dim=True,
 )
 
@@ -138,6 +142,8 @@ _TABLE: dict[tuple[str, bool], dict[int, AttentionConfig]] = {
     # 0.799 -> 0.636 and b4x4096 2.331 -> 1.587 (ws_fp8); kernel/results/2026-12-03-h200-session7
     # ws_fp8_paged, ws_pad_head_dim (H200, session 8, same run): paged fp8 q/k/v b8x2048 causal 1.434 -> 1.177 ms,
     # D 96 b8x2048 causal 0.834 -> 0.647; kernel/results/2026-12-03-h200-session8
+    # ws_fp8_paged_v16 (H200, session 9, same run): paged fp8 q/k/v b8x2048 causal 1.174 -> 0.622 ms (FA3 0.587),
+    # vLLM fp8 KV end to end 1.029x -> 1.002x FLASH_ATTN; kernel/results/2026-12-04-h200-session9
     ("hopper", False): {
         64: AttentionConfig(128, 64, 8, 3, **_HOPPER_PREFILL),
         128: AttentionConfig(128, 64, 8, 3, **_HOPPER_PREFILL),

@@ -238,13 +238,19 @@ def _hopper_prefill_specs() -> list[dict[str, Any]]:
                 for paged, tma in ((0, 0), (1, 0), (1, 1))]  # fmt: skip
     choices += [(128, True, True, False, fp8, fp8, False, True, 0, False, 132, False, 0, True)]
     choices = [(*choice, False) for choice in choices]
-    # paged fp8 with V widened to fp16 by the producer (config `ws_fp8_paged_v16`): fp8 and quantized q, D 64 on the
-    # persistent grid too
+    # paged fp8 with V widened to fp16 by the producer (config `ws_fp8_paged_v16`, the default): fp8 and quantized q,
+    # on the persistent grid too
     choices += [(d, True, True, True, fp8, fp8, False, True, 0, False, 0, False, 0, False, True) for d in (64, 128)]
     choices += [(128, True, True, True, bf16, fp8, True, True, 0, False, 0, False, 0, False, True)]
     choices += [(d, True, True, True, fp8, fp8, False, True, 0, False, 132, False, 0, False, True) for d in (64, 128)]
-    # fp8 at D 128 on the persistent grid with 64-key blocks (where its consumers fit)
-    choices += [(128, True, True, False, fp8, fp8, False, True, 0, False, 132, False, 64, False, False)]
+    choices += [(128, True, True, True, bf16, fp8, True, True, 0, False, 132, False, 0, False, True)]
+    # ... and a 16-bit q not rounded (config `ws_fp8_paged_k16`): K widened to q's type too, one program per tile and
+    # persistent, D 64 and 128
+    choices += [(d, True, True, True, bf16, fp8, False, True, 0, False, programs, False, 0, False, True)
+                for d in (64, 128) for programs in (0, 132)]  # fmt: skip
+    # fp8 at D 128 on the persistent grid with 64-key blocks (where its consumers fit; causal: 3 slots by default)
+    choices += [(128, True, True, False, fp8, fp8, False, True, stages, False, 132, False, 64, False, False)
+                for stages in (0, 2)]  # fmt: skip
     specs = []
     for (
         head_dim,
@@ -285,6 +291,7 @@ def _hopper_prefill_specs() -> list[dict[str, Any]]:
             + (" P_CARRY_F32" if pf32 else "")
             + (f" BLOCK_N={block_n}" if block_n else "")
             + (" V16" if v16 else "")
+            + (" K16" if fp8_kv and q_dtype != fp8 and not quantize_q else "")
             + "]"
         )
         specs.append(dict(name=name, fn=fn, bound_args=args, constexprs=constexprs, options=options, gluon=True))

@@ -95,14 +95,23 @@ def tile_head_dim(head_dim: int) -> int:
     return 64 if head_dim <= 64 else 128 if head_dim <= 128 else 256
 
 
-def tiles_for(head_dim: int, paged_16_bit: bool = False) -> tuple[int, int]:
+def tiles_for(
+    head_dim: int, paged_16_bit: bool = False, contiguous_fp8_causal: bool = False, widened_k: bool = False
+) -> tuple[int, int]:
     """(BLOCK_N, STAGES) per head size: Q + STAGES x (K + V) tiles + the output staging fit 227 KiB.
 
     A 16-bit paged cache at D 128 runs 64-key blocks in 4 slots: the same keys in flight in smaller steps (H200,
     session 8, paged b8x2048 causal, three runs: 0.644-0.660 -> 0.551-0.600 ms; contiguous within noise either way).
+    Causal contiguous fp8 at D 128 runs 64-key blocks in 3 slots, which puts it on the persistent grid (its
+    consumers spill there with 128-key blocks): H200, session 9, b8x2048 causal 0.650 -> 0.597 ms; non-causal
+    b4x4096 went 1.565 -> 1.816, so it keeps 128 x 2.
+    widened_k (paged fp8 K/V widened to a 16-bit q's type by the producer): 16-bit K and V slots plus four fp8
+    staging tiles, in 64-key blocks so that they fit beside a double-buffered 16-bit Q (D 128: 3 slots, 212 KB).
     """
-    if paged_16_bit and head_dim == 128:
-        return 64, 4
+    if widened_k:
+        return (64, 3) if head_dim == 128 else (64, 2)
+    if head_dim == 128 and (paged_16_bit or contiguous_fp8_causal):
+        return (64, 4) if paged_16_bit else (64, 3)
     if head_dim <= 128:
         return 128, 2
     return 64, 2
@@ -141,20 +150,22 @@ def key_major_v(v: torch.Tensor) -> torch.Tensor:
 
 
 def supports(q, k, v, out, paged: bool, features: dict, fp8: bool = False, quantize_q: bool = False,
-             fp8_paged: bool = False, pad_head_dim: bool = False) -> bool:  # fmt: skip
+             fp8_paged: bool = False, pad_head_dim: bool = False, widen_k: bool = False) -> bool:  # fmt: skip
     """Whether this path computes the call exactly as the portable kernel would (else the launcher falls back).
 
     fp8: contiguous fp8 K/V may come here (config `ws_fp8`), fp8_paged: paged ones too (`ws_fp8_paged`); quantize_q:
     a 16-bit q meeting them is rounded to fp8 per row (config `fp8_q_for_fp8_kv`), as the portable kernel does.
     pad_head_dim: 16-bit head sizes other than 64/128/256 (multiples of 8) run in tiles of the next of those
-    (config `ws_pad_head_dim`).
+    (config `ws_pad_head_dim`). widen_k: a 16-bit q with paged fp8 K/V keeps its 16 bits: the producer widens K to
+    q's type (exact), QK is a 16-bit dot (config `ws_fp8_paged_k16`, with `ws_fp8_paged_v16`).
     """
     if not HAS_GLUON:
         return False
     if k.dtype == v.dtype == FP8_E4M3 and fp8 and (fp8_paged or not paged):
         # D <= 128: O and one block's P@V both live in registers
         fp8_q = q.dtype == FP8_E4M3 or (quantize_q and q.dtype in SIXTEEN_BIT)
-        if not fp8_q or q.shape[-1] > 128 or out.dtype not in SIXTEEN_BIT:
+        widened = widen_k and paged and q.dtype in SIXTEEN_BIT
+        if not (fp8_q or widened) or q.shape[-1] > 128 or out.dtype not in SIXTEEN_BIT:
             return False
         if any(on for name, on in features.items() if name != "descale"):
             return False
@@ -412,10 +423,12 @@ if HAS_GLUON:
                           seq_k_len, max_blocks, num_cache_blocks, stride_k_blk, stride_k_slot, stride_v_blk,
                           stride_v_slot, PAGE_SIZE: gl.constexpr):  # fmt: skip
         # Block j's K rows into its ring slot (k_ready once they land) and its V rows into staging tile j % 2, as
-        # one cp.async group; keys past the sequence zero-filled
+        # one cp.async group; keys past the sequence zero-filled. 16-bit K slots (K widened): K's rows go to
+        # staging tile 2 + j % 2 instead, and the widening producer arrives on k_ready.
         STAGES: gl.constexpr = k_bufs.type.shape[0]
         BLOCK_N: gl.constexpr = k_bufs.type.shape[1]
         CHUNK: gl.constexpr = PAGE_SIZE if PAGE_SIZE < BLOCK_N else BLOCK_N
+        WIDEN_K: gl.constexpr = k_bufs.dtype.primitive_bitwidth == 16
         s = (it0 + j) % STAGES
         mbarrier.wait(kv_empty.index(s), (((it0 + j) // STAGES) & 1) ^ 1)
         for c in gl.static_range(BLOCK_N // CHUNK):
@@ -423,10 +436,14 @@ if HAS_GLUON:
             block_id = _page_block_id(table_row, key0 // PAGE_SIZE, max_blocks, num_cache_blocks)
             valid = gl.expand_dims(key0 + o_row < seq_k_len, 1)
             p_k = k_head + (block_id * stride_k_blk + (key0 % PAGE_SIZE) * stride_k_slot) + k_rows
-            _cp_async_load(k_bufs.index(s).slice(c * CHUNK, CHUNK), p_k, mask=valid)
+            if WIDEN_K:
+                _cp_async_load(v_stage.index(2 + j % 2).slice(c * CHUNK, CHUNK), p_k, mask=valid)
+            else:
+                _cp_async_load(k_bufs.index(s).slice(c * CHUNK, CHUNK), p_k, mask=valid)
             p_v = v_head + (block_id * stride_v_blk + (key0 % PAGE_SIZE) * stride_v_slot) + v_rows
             _cp_async_load(v_stage.index(j % 2).slice(c * CHUNK, CHUNK), p_v, mask=valid)
-        async_copy.mbarrier_arrive(k_ready.index(s), increment_count=False)
+        if not WIDEN_K:
+            async_copy.mbarrier_arrive(k_ready.index(s), increment_count=False)
         async_copy.commit_group()
 
     @gluon.jit
@@ -438,7 +455,8 @@ if HAS_GLUON:
         # Paged fp8 K/V: gathered as _produce_paged does, V into two staging tiles [BLOCK_N, D] that the producer
         # warps transpose into the key-major slot [D, BLOCK_N] (keys in FP8_KEY_ORDER per group of 16, as _to_p
         # orders P: the fp8 P@V's K-major operand), or, with 16-bit V slots, widen to fp16 row by row (a 16-bit
-        # P@V). Block j + 1's copies are in flight while block j is transposed or widened.
+        # P@V). With 16-bit K slots (a 16-bit q) K is staged and widened to q's type the same way (a 16-bit QK).
+        # Block j + 1's copies are in flight while block j is transposed or widened.
         STAGES: gl.constexpr = k_bufs.type.shape[0]
         BLOCK_N: gl.constexpr = k_bufs.type.shape[1]
         HEAD_DIM: gl.constexpr = k_bufs.type.shape[2]
@@ -477,13 +495,19 @@ if HAS_GLUON:
                 b_v = gl.reshape(gl.permute(b_v, [0, 2, 1, 3, 4]), [BLOCK_N, HEAD_DIM])  # row 16 g + 4 a + 2 b + c
                 v_bufs.index(s).store(gl.permute(b_v, [1, 0]))
             else:
-                # 16-bit slots [BN, D] (fp8 -> fp16 is exact): rows widened in place, a few rows at a time so the
-                # values fit the producer's registers; no transpose, no reorder (a 16-bit P@V reads V row-major)
+                # 16-bit slots [BN, D] (fp8 -> fp16 / bf16 is exact): rows widened in place, a few rows at a time so
+                # the values fit the producer's registers; no transpose, no reorder (a 16-bit P@V reads V row-major)
+                if k_bufs.dtype.primitive_bitwidth == 16:
+                    for r in gl.static_range(BLOCK_N // WIDEN_ROWS):
+                        b_k = v_stage.index(2 + j % 2).slice(r * WIDEN_ROWS, WIDEN_ROWS).load(layout)
+                        k_bufs.index(s).slice(r * WIDEN_ROWS, WIDEN_ROWS).store(b_k.to(k_bufs.dtype))
                 for r in gl.static_range(BLOCK_N // WIDEN_ROWS):
                     b_v = v_stage.index(j % 2).slice(r * WIDEN_ROWS, WIDEN_ROWS).load(layout)
                     v_bufs.index(s).slice(r * WIDEN_ROWS, WIDEN_ROWS).store(b_v.to(v_bufs.dtype))
             fence_async_shared()  # the generic-proxy stores before the consumers' wgmma reads
             _thread_barrier()  # every warp is done with staging tile j % 2 before block j + 2's copies fill it
+            if k_bufs.dtype.primitive_bitwidth == 16:
+                mbarrier.arrive(k_ready.index(s), count=1)
             mbarrier.arrive(v_ready.index(s), count=1)
 
     @gluon.jit
@@ -1212,6 +1236,11 @@ if HAS_GLUON:
         V_READY_COUNT: gl.constexpr = 1 if FP8 else READY_COUNT
         # fp8 V is key-major with an fp8 P@V, unless the gathering producer widens it to 16 bits (v_desc's dtype)
         V_KEY_MAJOR: gl.constexpr = FP8 and v_desc.dtype.primitive_bitwidth == 8
+        # fp8 K/V with a 16-bit q (not rounded to fp8): the gathering producer widens K to q's type too, into slots
+        # of q's layout, and arrives once (k_desc stays fp8: the staging tiles' type and layout)
+        WIDEN_K: gl.constexpr = FP8 and GATHER and q_desc.dtype.primitive_bitwidth == 16
+        K_READY_COUNT: gl.constexpr = 1 if WIDEN_K else READY_COUNT
+        STAGE_TILES: gl.constexpr = 4 if WIDEN_K else 2  # V's two staging tiles, then K's
         ZERO_TAIL: gl.constexpr = not GATHER  # cp.async gathers zero-fill keys past the sequence themselves
         # a TMA producer is one warp issuing copies; a gathering one computes addresses (4 warps)
         PRODUCER_WARPS: gl.constexpr = PAGED_PRODUCER_WARPS if GATHER else 1
@@ -1225,13 +1254,16 @@ if HAS_GLUON:
         FIRST: gl.constexpr = 0
         if PERSISTENT:
             q_bufs = gl.allocate_shared_memory(q_desc.dtype, [Q_BUFS] + q_desc.block_type.shape, q_desc.layout)
-            k_bufs = gl.allocate_shared_memory(k_desc.dtype, [STAGES, BLOCK_N, HEAD_DIM], k_desc.layout)
+            if WIDEN_K:
+                k_bufs = gl.allocate_shared_memory(q_desc.dtype, [STAGES, BLOCK_N, HEAD_DIM], q_desc.layout)
+            else:
+                k_bufs = gl.allocate_shared_memory(k_desc.dtype, [STAGES, BLOCK_N, HEAD_DIM], k_desc.layout)
             if V_KEY_MAJOR:
                 v_bufs = gl.allocate_shared_memory(v_desc.dtype, [STAGES, HEAD_DIM, BLOCK_N], v_desc.layout)
             else:
                 v_bufs = gl.allocate_shared_memory(v_desc.dtype, [STAGES, BLOCK_N, HEAD_DIM], v_desc.layout)
             if FP8 and GATHER:  # gathered fp8 V rows wait here for the producer's transpose (or widening)
-                v_stage = gl.allocate_shared_memory(k_desc.dtype, [2, BLOCK_N, HEAD_DIM], k_desc.layout)
+                v_stage = gl.allocate_shared_memory(k_desc.dtype, [STAGE_TILES, BLOCK_N, HEAD_DIM], k_desc.layout)
             else:
                 v_stage = q_bufs  # unused
             q_ready = gl.allocate_shared_memory(gl.int64, [Q_BUFS, 1], mbarrier.MBarrierLayout())
@@ -1246,7 +1278,7 @@ if HAS_GLUON:
                 mbarrier.init(q_ready.index(i), count=1)
                 mbarrier.init(q_empty.index(i), count=2)  # both consumer warpgroups hand a Q buffer back
             for i in gl.static_range(STAGES):
-                mbarrier.init(k_ready.index(i), count=READY_COUNT)
+                mbarrier.init(k_ready.index(i), count=K_READY_COUNT)
                 mbarrier.init(v_ready.index(i), count=V_READY_COUNT)
                 mbarrier.init(kv_empty.index(i), count=2)
             if DYNAMIC:  # the producer's items for the consumers (see _give_work)
@@ -1344,16 +1376,21 @@ if HAS_GLUON:
                              stride_o_head, stride_lse_head, BLOCK_M, HEAD_DIM, RETURN_LSE, num_warps,
                              VALID_D)  # fmt: skip
             else:
+                GATHER: gl.constexpr = PAGED and not PAGED_TMA
+                WIDEN_K: gl.constexpr = FP8 and GATHER and q_desc.dtype.primitive_bitwidth == 16  # as the kernel's
                 q_smem = gl.allocate_shared_memory(q_desc.dtype, q_desc.block_type.shape, q_desc.layout)
-                k_bufs = gl.allocate_shared_memory(k_desc.dtype, [STAGES, BLOCK_N, HEAD_DIM], k_desc.layout)
+                if WIDEN_K:
+                    k_bufs = gl.allocate_shared_memory(q_desc.dtype, [STAGES, BLOCK_N, HEAD_DIM], q_desc.layout)
+                else:
+                    k_bufs = gl.allocate_shared_memory(k_desc.dtype, [STAGES, BLOCK_N, HEAD_DIM], k_desc.layout)
                 V_KEY_MAJOR: gl.constexpr = FP8 and v_desc.dtype.primitive_bitwidth == 8  # as the kernel's
                 if V_KEY_MAJOR:
                     v_bufs = gl.allocate_shared_memory(v_desc.dtype, [STAGES, HEAD_DIM, BLOCK_N], v_desc.layout)
                 else:
                     v_bufs = gl.allocate_shared_memory(v_desc.dtype, [STAGES, BLOCK_N, HEAD_DIM], v_desc.layout)
-                GATHER: gl.constexpr = PAGED and not PAGED_TMA
                 if FP8 and GATHER:  # gathered fp8 V rows wait here for the producer's transpose (or widening)
-                    v_stage = gl.allocate_shared_memory(k_desc.dtype, [2, BLOCK_N, HEAD_DIM], k_desc.layout)
+                    v_stage = gl.allocate_shared_memory(k_desc.dtype, [4 if WIDEN_K else 2, BLOCK_N, HEAD_DIM],
+                                                        k_desc.layout)  # fmt: skip
                 else:
                     v_stage = q_smem  # unused
                 q_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
@@ -1368,7 +1405,7 @@ if HAS_GLUON:
                 READY_COUNT: gl.constexpr = 32 * PAGED_PRODUCER_WARPS if GATHER else 1
                 V_READY_COUNT: gl.constexpr = 1 if FP8 else READY_COUNT
                 for i in gl.static_range(STAGES):
-                    mbarrier.init(k_ready.index(i), count=READY_COUNT)
+                    mbarrier.init(k_ready.index(i), count=1 if WIDEN_K else READY_COUNT)
                     mbarrier.init(v_ready.index(i), count=V_READY_COUNT)
                     mbarrier.init(kv_empty.index(i), count=2)  # both consumer warpgroups hand a slot back
                 qk_scale, out_scale = _scales(softmax_scale, seq, kv_head, q_descale_ptr, k_descale_ptr, v_descale_ptr,
@@ -1453,7 +1490,8 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
     p_carry_f32: 16-bit P is carried to its P@V in fp32 and converted there (no repacking of a loop-carried 16-bit
     tensor: 32 fewer instructions per block at D 128, 32 more registers; D <= 128, not with gathered pages nor the
     persistent grid, where it spills). block_n: keys per block (0: tiles_for's). fp8_v16: gathered fp8 V is widened
-    to fp16 by the producer (no transpose) and P@V is a 16-bit wgmma; QK stays fp8.
+    to fp16 by the producer (no transpose) and P@V is a 16-bit wgmma; QK stays fp8, unless q is 16-bit and not
+    quantized: then K is widened to q's type too and QK is a 16-bit wgmma (`supports`' widen_k).
     """
     total_q, num_q_heads, valid_d = q.shape
     head_dim = tile_head_dim(valid_d)  # the tiles' D; a smaller head size is padded (supports' pad_head_dim)
@@ -1461,8 +1499,12 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
     fp8 = is_fp8(k.dtype)
     num_kv_heads = k.shape[-2]
     num_seqs = cu_seqlens_q.shape[0] - 1
-    default_block_n, default_stages = tiles_for(head_dim, paged and not fp8)
-    widest_block_n, widest_stages = tiles_for(head_dim)  # the largest block that fits, and its ring depth
+    widened_k = paged and fp8 and q.element_size() == 2 and not quantize_q
+    if widened_k and not fp8_v16:
+        raise ValueError("a 16-bit q with paged fp8 K/V needs quantize_q or fp8_v16 (K widened beside V)")
+    default_block_n, default_stages = tiles_for(head_dim, paged and not fp8, fp8 and causal and not paged, widened_k)
+    # the largest block that fits, and its ring depth
+    widest_block_n, widest_stages = (default_block_n, default_stages) if widened_k else tiles_for(head_dim)
     if block_n not in (64, 128) or block_n > widest_block_n:  # what fits the shared memory and the tiles' layouts
         block_n = default_block_n
     if not stages:  # a block size other than the default: the ring depth that fits with the widest
