@@ -29,6 +29,11 @@
 #   vllm                   the vLLM part (integration/scripts/gpu_session.sh RESULTS_DIR PEER_READY; VLLM_STEPS;
 #                          vLLM from PEER_PYTHONPATH)
 #   vllm:STEPS             the same with VLLM_STEPS=STEPS ('+'-separated, e.g. vllm:auto or vllm:fp8+hostcost)
+#   asv                    the asv kernel series of the commits staged in asv_bench/.stage (carry it; README
+#                          "Performance history"): asv_bench/record.py run --install-wheels --budget-s ASV_BUDGET_S
+#                          (default 540), peers from PEER_PYTHONPATH once PEER_READY exists; tarball in RESULTS_DIR/asv
+#   asv:ARGS               the same with ARGS ('+' for ' ') instead of --budget-s, e.g.
+#                          asv:--commits+newest+--bench+^e2e+--e2e-kv+auto (end to end, vLLM engines)
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.." || exit
 out="${1:?usage: gpu_session.sh RESULTS_DIR [STEPS]}"
@@ -98,6 +103,16 @@ export PYTHONPATH="$PWD/kernel/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=
         parts="${step#vllm:}"
         VLLM_STEPS="${parts//+/ }" PYTHONPATH="${PEER_PYTHONPATH:+$PEER_PYTHONPATH:}$PYTHONPATH" \
         bash integration/scripts/gpu_session.sh "$out" "${PEER_READY:-}" ;;
+      asv | asv:*)
+        args="--budget-s ${ASV_BUDGET_S:-540}"
+        [ "$step" = asv ] || args="${step#asv:}"
+        if [ -n "${PEER_PYTHONPATH:-}" ]; then
+          for _ in $(seq "${PEER_WAIT_S:-120}"); do [ -z "${PEER_READY:-}" ] || [ -e "$PEER_READY" ] && break; sleep 1; done
+        fi
+        # record.py puts each staged commit's kernel first on the import path: not this checkout's
+        # shellcheck disable=SC2086  # ARGS are words
+        PYTHONPATH="${PEER_PYTHONPATH:-}" python3 asv_bench/record.py run --install-wheels ${args//+/ } \
+          --out "$out/asv" 2>&1 | tail -n 30 ;;
       *) echo "unknown step $step" ;;
     esac
   done
