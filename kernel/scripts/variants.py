@@ -58,9 +58,9 @@ PREFILL_VARIANTS = {
     "ws-fp8-paged-v16-q8": {"ws_fp8_paged_v16": True, "fp8_q_for_fp8_kv": True},
     "ws-fp8-paged-v16-bn64-s4": {"ws_fp8_paged_v16": True, "ws_block_n": 64, "ws_stages": 4},
     "ws-fp8-paged-v16-flat": {"ws_fp8_paged_v16": True, "ws_persistent": False},
-    # a 16-bit q with paged fp8 K/V, not rounded: K widened to q's type by the producer too (16-bit QK and P@V)
-    "ws-fp8-paged-k16": {"ws_fp8_paged_k16": True},
-    "ws-fp8-paged-k16-flat": {"ws_fp8_paged_k16": True, "ws_persistent": False},
+    # a 16-bit q with fp8 K/V, not rounded: K and V gathered and widened by the producer (16-bit QK and P@V)
+    "ws-fp8-k16": {"ws_fp8_k16": True},
+    "ws-fp8-k16-flat": {"ws_fp8_k16": True, "ws_persistent": False},
     # the transposed V and fp8 P@V (session 8's paged fp8), for A/B against the widened V (the default since session 9)
     "ws-fp8-paged-v8": {"ws_fp8_paged_v16": False},
     # fp8 at D 128 with 64-key blocks: on the persistent grid (its consumers fit there with 64 keys)

@@ -533,17 +533,19 @@ def test_warp_specialized_paged_fp8_prefill_with_v_widened(monkeypatch, kv_layou
 @pytest.mark.skipif(not (ON_HOPPER and attention_hopper.HAS_GLUON), reason="Gluon kernels run on a Hopper GPU only")
 @pytest.mark.parametrize("persistent", [True, False])
 @pytest.mark.parametrize("q_dtype", [torch.bfloat16, torch.float16])
-@pytest.mark.parametrize("kv_layout", ["paged", "paged_kv_interleaved", "paged_heads_major"])
+@pytest.mark.parametrize("kv_layout", ["contiguous", "paged", "paged_kv_interleaved", "paged_heads_major"])
 @pytest.mark.parametrize("head_size", [64, 128])
-def test_warp_specialized_paged_fp8_prefill_with_k_widened(monkeypatch, head_size, kv_layout, q_dtype, persistent):
-    """A 16-bit q with paged fp8 K/V, q not rounded (config `ws_fp8_paged_k16`): the producer widens K to q's type
-    and V to fp16, both 16-bit dots; odd lengths, an empty sequence, NaN in the cache's unused slots, descales."""
-    monkeypatch.setenv("TRITONFA_CONFIG", _ws_fp8_config(ws_fp8_paged=True, ws_fp8_paged_v16=True,
-                                                         ws_fp8_paged_k16=True, ws_persistent=persistent))  # fmt: skip
-    seqlens_q = [300, 129, scaled(17, 700), 0, 64]
-    seqlens_k = [300, 1000, scaled(50, 900), 7, 64]
-    inputs = make_inputs(seqlens_q, seqlens_k, num_heads=(32, 8), head_size=head_size, dtype=q_dtype,
-                         kv_dtype=torch.float8_e4m3fn, kv_layout=kv_layout, block_size=16)  # fmt: skip
+def test_warp_specialized_fp8_kv_prefill_with_k_widened(monkeypatch, head_size, kv_layout, q_dtype, persistent):
+    """A 16-bit q with fp8 K/V, q not rounded (config `ws_fp8_k16`): the producer gathers K and V and widens them to
+    q's type and fp16, both dots 16-bit; odd lengths, an empty sequence, NaN past the sequences, descales."""
+    monkeypatch.setenv("TRITONFA_CONFIG", _ws_fp8_config(ws_fp8_paged=True, ws_fp8_k16=True, ws_persistent=persistent))
+    if kv_layout == "contiguous":
+        inputs = _fp8_batch(head_size, q_dtype, use_seqused_k=True)  # NaN keys after every sequence and the last
+    else:
+        seqlens_q = [300, 129, scaled(17, 700), 0, 64]
+        seqlens_k = [300, 1000, scaled(50, 900), 7, 64]
+        inputs = make_inputs(seqlens_q, seqlens_k, num_heads=(32, 8), head_size=head_size, dtype=q_dtype,
+                             kv_dtype=torch.float8_e4m3fn, kv_layout=kv_layout, block_size=16)  # fmt: skip
     constexprs = _constexprs(inputs)
     assert _plan(inputs)[0] == WS and not constexprs["QUANTIZE_Q"] and constexprs["PERSISTENT"] == persistent
     descale = fp8_descale("per_head", inputs.batch, inputs.num_kv_heads)
@@ -552,20 +554,22 @@ def test_warp_specialized_paged_fp8_prefill_with_k_widened(monkeypatch, head_siz
 
 
 @pytest.mark.skipif(not attention_hopper.HAS_GLUON, reason="this triton has no Gluon")
-def test_widened_k_is_planned_for_a_16_bit_q_with_paged_fp8(monkeypatch):
+def test_widened_k_is_planned_for_a_16_bit_q_with_fp8_kv(monkeypatch):
     fp8 = torch.float8_e4m3fn
     paged = make_inputs([300], [300], num_heads=(8, 2), head_size=128, kv_dtype=fp8, kv_layout="paged")
     contiguous = make_inputs([300], [300], num_heads=(8, 2), head_size=128, kv_dtype=fp8)
-    assert _plan(paged)[0] == PORTABLE, "opt-in: the portable kernel's exact fp16 QK by default"
-    monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"ws_fp8_paged_k16": True}}))
-    constexprs = _constexprs(paged)
-    assert _plan(paged)[0] == WS and not constexprs["QUANTIZE_Q"] and constexprs["P_SCALE_LOG2"] == 0
-    assert (constexprs["BLOCK_N"], constexprs["STAGES"]) == (64, 3), "16-bit K and V slots beside fp8 staging"
-    assert _plan(contiguous)[0] == PORTABLE, "contiguous fp8 K/V: only a q rounded to fp8"
-    monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"ws_fp8_paged_k16": True, "fp8_q_for_fp8_kv": True}}))
+    assert _plan(paged)[0] == _plan(contiguous)[0] == PORTABLE, "opt-in: the portable kernel's exact fp16 QK"
+    monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"ws_fp8_k16": True}}))
+    for inputs in (paged, contiguous):
+        constexprs = _constexprs(inputs)
+        assert _plan(inputs)[0] == WS and not constexprs["QUANTIZE_Q"] and constexprs["P_SCALE_LOG2"] == 0
+        assert (constexprs["BLOCK_N"], constexprs["STAGES"]) == (64, 3), "16-bit K and V slots beside fp8 staging"
+        assert constexprs["PERSISTENT"], "the widened consumers fit the persistent grid"
+    non_causal = _constexprs(contiguous, window_right=-1)
+    assert non_causal["PERSISTENT"] and non_causal["BLOCK_N"] == 64
+    monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"ws_fp8_k16": True, "fp8_q_for_fp8_kv": True}}))
     assert _constexprs(paged)["QUANTIZE_Q"], "a caller who allows q's rounding gets the fp8 QK"
-    monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"ws_fp8_paged_k16": True, "ws_fp8_paged_v16": False}}))
-    assert _plan(paged)[0] == PORTABLE, "K widened only beside a widened V"
+    assert _constexprs(contiguous)["QUANTIZE_Q"]
 
 
 @pytest.mark.skipif(not attention_hopper.HAS_GLUON, reason="this triton has no Gluon")

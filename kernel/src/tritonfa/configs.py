@@ -47,9 +47,10 @@ class AttentionConfig:
     # with ws_fp8_paged: the producer widens gathered fp8 V to fp16 (exact) instead of transposing it, and P@V is a
     # 16-bit wgmma (QK stays fp8; P keeps 10 mantissa bits instead of 3). Hopper: on
     ws_fp8_paged_v16: bool = False
-    # with ws_fp8_paged_v16: a 16-bit q with paged fp8 K/V (not rounded: fp8_q_for_fp8_kv off) goes there too, K widened
-    # to q's type by the producer as V is (exact), QK a 16-bit wgmma. Opt-in until measured on a GPU
-    ws_fp8_paged_k16: bool = False
+    # with ws_fp8: a 16-bit q with fp8 K/V, paged (with ws_fp8_paged) or contiguous, not rounded (fp8_q_for_fp8_kv off)
+    # goes there too: the producer gathers K and V and widens them to q's type and fp16 (exact), both dots 16-bit.
+    # Opt-in until measured on a GPU
+    ws_fp8_k16: bool = False
     ws_fp8_two_level: bool = True  # fp8 P@V: each block's product added to O in fp32, not chained in the MMA
     ws_stages: int = 0  # K/V ring slots of the Gluon prefill; 0 = attention_hopper.tiles_for's
     ws_paged_tma: bool = False  # Gluon prefill: paged K/V through TMA boxes of a page's keys (else cp.async gathers)

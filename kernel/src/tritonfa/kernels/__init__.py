@@ -244,10 +244,10 @@ def _hopper_prefill_specs() -> list[dict[str, Any]]:
     choices += [(128, True, True, True, bf16, fp8, True, True, 0, False, 0, False, 0, False, True)]
     choices += [(d, True, True, True, fp8, fp8, False, True, 0, False, 132, False, 0, False, True) for d in (64, 128)]
     choices += [(128, True, True, True, bf16, fp8, True, True, 0, False, 132, False, 0, False, True)]
-    # ... and a 16-bit q not rounded (config `ws_fp8_paged_k16`): K widened to q's type too, one program per tile and
-    # persistent, D 64 and 128
-    choices += [(d, True, True, True, bf16, fp8, False, True, 0, False, programs, False, 0, False, True)
-                for d in (64, 128) for programs in (0, 132)]  # fmt: skip
+    # a 16-bit q not rounded (config `ws_fp8_k16`): K and V gathered and widened, paged and contiguous, one program
+    # per tile and persistent, D 64 and 128
+    choices += [(d, True, True, paged, bf16, fp8, False, True, 0, False, programs, False, 0, False, True)
+                for d in (64, 128) for programs in (0, 132) for paged in (True, False)]  # fmt: skip
     # fp8 at D 128 on the persistent grid with 64-key blocks (where its consumers fit; causal: 3 slots by default)
     choices += [(128, True, True, False, fp8, fp8, False, True, stages, False, 132, False, 64, False, False)
                 for stages in (0, 2)]  # fmt: skip

@@ -821,10 +821,9 @@ def plan_attention(
             output_scale=output_scale is not None, softcap=softcap > 0.0, window=window_left >= 0 or window_right > 0,
         )  # fmt: skip
         quantize_q = quantizes_q(arch, prefill_config, q.dtype, k.dtype)
-        widen_k = prefill_config.ws_fp8_paged_v16 and prefill_config.ws_fp8_paged_k16
         if attention_hopper.supports(q, k, v, out, block_table is not None, features, prefill_config.ws_fp8,
                                      quantize_q, prefill_config.ws_fp8_paged, prefill_config.ws_pad_head_dim,
-                                     widen_k):  # fmt: skip
+                                     prefill_config.ws_fp8_k16):  # fmt: skip
             fast = functools.partial(
                 _plan_hopper_prefill, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table,
                 softmax_scale, window_right == 0, prefill_config, q_descale, k_descale, v_descale, quantize_q,
@@ -848,7 +847,8 @@ def _plan_hopper_prefill(
         # one program per SM, two at D 64 (their shared memory fits twice), where the persistent consumers fit
         _multiprocessor_count(q.device) * (2 if q.shape[-1] <= 64 else 1)
         if config.ws_persistent
-        and _persistent_fits(q.shape[-1], is_fp8(k.dtype), block_table is not None, causal, config)
+        and _persistent_fits(q.shape[-1], is_fp8(k.dtype), block_table is not None, causal, config,
+                             widened_k=is_fp8(k.dtype) and q.element_size() == 2 and not quantize_q)
         else 0,
         config.ws_p_fp32,
         config.ws_block_n,
@@ -858,15 +858,16 @@ def _plan_hopper_prefill(
     return KernelLaunch(fn, grid, args, constexprs, options)
 
 
-def _persistent_fits(head_dim: int, fp8: bool, paged: bool, causal: bool, config: AttentionConfig) -> bool:
+def _persistent_fits(head_dim: int, fp8: bool, paged: bool, causal: bool, config: AttentionConfig,
+                     widened_k: bool = False) -> bool:  # fmt: skip
     """Whether the persistent grid's consumers keep their loops out of local memory (sm_90 SASS): not at D 256; fp8
     K/V at D 128 only with 64-key blocks or with gathered V widened to fp16 (the two-level fp8 P@V with 128-key
-    blocks spills ~220 instructions there, 0 with either)."""
+    blocks spills ~220 instructions there, 0 with either; widened_k: K and V widened for a 16-bit q)."""
     if head_dim > 128:
         return False
     if not fp8 or head_dim <= 64:
         return True
-    if paged and config.ws_fp8_paged_v16:
+    if widened_k or (paged and config.ws_fp8_paged_v16):
         return True
     block_n = config.ws_block_n or attention_hopper.tiles_for(128, contiguous_fp8_causal=causal and not paged)[0]
     return block_n == 64

@@ -105,8 +105,8 @@ def tiles_for(
     Causal contiguous fp8 at D 128 runs 64-key blocks in 3 slots, which puts it on the persistent grid (its
     consumers spill there with 128-key blocks): H200, session 9, b8x2048 causal 0.650 -> 0.597 ms; non-causal
     b4x4096 went 1.565 -> 1.816, so it keeps 128 x 2.
-    widened_k (paged fp8 K/V widened to a 16-bit q's type by the producer): 16-bit K and V slots plus four fp8
-    staging tiles, in 64-key blocks so that they fit beside a double-buffered 16-bit Q (D 128: 3 slots, 212 KB).
+    widened_k (fp8 K/V widened to a 16-bit q's type by the producer): 16-bit K and V slots plus four fp8 staging
+    tiles, in 64-key blocks so that they fit beside a double-buffered 16-bit Q (D 128: 3 slots, 213 KB).
     """
     if widened_k:
         return (64, 3) if head_dim == 128 else (64, 2)
@@ -156,15 +156,15 @@ def supports(q, k, v, out, paged: bool, features: dict, fp8: bool = False, quant
     fp8: contiguous fp8 K/V may come here (config `ws_fp8`), fp8_paged: paged ones too (`ws_fp8_paged`); quantize_q:
     a 16-bit q meeting them is rounded to fp8 per row (config `fp8_q_for_fp8_kv`), as the portable kernel does.
     pad_head_dim: 16-bit head sizes other than 64/128/256 (multiples of 8) run in tiles of the next of those
-    (config `ws_pad_head_dim`). widen_k: a 16-bit q with paged fp8 K/V keeps its 16 bits: the producer widens K to
-    q's type (exact), QK is a 16-bit dot (config `ws_fp8_paged_k16`, with `ws_fp8_paged_v16`).
+    (config `ws_pad_head_dim`). widen_k: a 16-bit q with fp8 K/V keeps its 16 bits: the producer gathers K and V
+    and widens them to q's type and fp16 (exact), both dots are 16-bit (config `ws_fp8_k16`).
     """
     if not HAS_GLUON:
         return False
     if k.dtype == v.dtype == FP8_E4M3 and fp8 and (fp8_paged or not paged):
         # D <= 128: O and one block's P@V both live in registers
         fp8_q = q.dtype == FP8_E4M3 or (quantize_q and q.dtype in SIXTEEN_BIT)
-        widened = widen_k and paged and q.dtype in SIXTEEN_BIT
+        widened = widen_k and not quantize_q and q.dtype in SIXTEEN_BIT
         if not (fp8_q or widened) or q.shape[-1] > 128 or out.dtype not in SIXTEEN_BIT:
             return False
         if any(on for name, on in features.items() if name != "descale"):
@@ -223,7 +223,7 @@ if HAS_GLUON:
     def _tile_bounds(tile_id, cu_seqlens_q_ptr, cu_seqlens_k_ptr, seqused_k_ptr, num_seqs, total_q, total_k,
                      max_blocks, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr,
                      PAGED: gl.constexpr, PAGE_SIZE: gl.constexpr, HAS_SEQUSED: gl.constexpr,
-                     SEQ_FILTER: gl.constexpr, DECODE_MAX_Q: gl.constexpr, FP8: gl.constexpr,
+                     SEQ_FILTER: gl.constexpr, DECODE_MAX_Q: gl.constexpr, KEY_GROUPS: gl.constexpr,
                      PROBES: gl.constexpr, num_warps: gl.constexpr, seq_known=0,
                      SEQ_KNOWN: gl.constexpr = False):  # fmt: skip
         # SEQ_KNOWN: tile_id's sequence is seq_known (found by the producer: no search here).
@@ -231,7 +231,8 @@ if HAS_GLUON:
         # compute (process), its sequence, q rows, keys (bounded by total_q / total_k / the block table whatever the
         # index tensors hold) and the key blocks its rows see. A sequence's tile k starts at row k * BLOCK_M: the
         # grids walk the slots from the last, so every sequence's last tiles (most keys under a causal mask) run
-        # first. FP8: the key grid starts key_shift keys early, on a 16-key group of V's key-major copy.
+        # first. KEY_GROUPS (fp8 read through V's key-major copy): the key grid starts key_shift keys early, on a
+        # 16-key group of that copy.
         if SEQ_KNOWN:
             seq = seq_known
         else:
@@ -266,7 +267,7 @@ if HAS_GLUON:
                 kv_end = gl.maximum(gl.minimum(q_last + diagonal + 1, seq_k_len), 0)
             else:
                 kv_end = seq_k_len
-            if FP8:
+            if KEY_GROUPS:
                 key_shift = seq_k_start % 16
                 num_blocks = gl.where(kv_end > 0, gl.cdiv(kv_end + key_shift, BLOCK_N), 0)
             else:
@@ -289,11 +290,12 @@ if HAS_GLUON:
                                q_row, q_col, block_table_ptr, seq, stride_bt_seq, num_cache_blocks, max_blocks,
                                kv_head, k_rows_per_block, k_rows_per_head, k_cols_per_head, v_rows_per_block,
                                v_rows_per_head, v_cols_per_head, num_blocks, it0, PAGE_SIZE)  # fmt: skip
-        elif PAGED and FP8:
+        elif FP8 and (PAGED or k_bufs.dtype.primitive_bitwidth == 16):  # paged fp8, or contiguous with K widened
             _produce_paged_fp8(q_desc, q_smem, k_bufs, v_bufs, v_stage, q_ready, k_ready, v_ready, kv_empty, q_row,
                                q_col, k_ptr, v_ptr, block_table_ptr, seq, stride_bt_seq, num_cache_blocks, max_blocks,
                                seq_k_len, kv_head, stride_k_blk, stride_k_slot, stride_k_head, stride_v_blk,
-                               stride_v_slot, stride_v_head, num_blocks, it0, PAGE_SIZE, QUANTIZE_Q)  # fmt: skip
+                               stride_v_slot, stride_v_head, num_blocks, it0, PAGE_SIZE, QUANTIZE_Q, PAGED,
+                               seq_k_start)  # fmt: skip
         elif PAGED:
             _produce_paged(q_desc, q_smem, k_bufs, v_bufs, q_ready, k_ready, v_ready, kv_empty, q_row, q_col, k_ptr,
                            v_ptr, block_table_ptr, seq, stride_bt_seq, num_cache_blocks, max_blocks, seq_k_len,
@@ -421,26 +423,35 @@ if HAS_GLUON:
     @gluon.jit
     def _gather_block_fp8(j, it0, k_bufs, v_stage, k_ready, kv_empty, k_head, v_head, k_rows, v_rows, o_row, table_row,
                           seq_k_len, max_blocks, num_cache_blocks, stride_k_blk, stride_k_slot, stride_v_blk,
-                          stride_v_slot, PAGE_SIZE: gl.constexpr):  # fmt: skip
+                          stride_v_slot, PAGE_SIZE: gl.constexpr, PAGED: gl.constexpr = True,
+                          seq_k_start=0):  # fmt: skip
         # Block j's K rows into its ring slot (k_ready once they land) and its V rows into staging tile j % 2, as
         # one cp.async group; keys past the sequence zero-filled. 16-bit K slots (K widened): K's rows go to
-        # staging tile 2 + j % 2 instead, and the widening producer arrives on k_ready.
+        # staging tile 2 + j % 2 instead, and the widening producer arrives on k_ready. Not PAGED: contiguous K/V
+        # (rows from seq_k_start on, stride_*_slot between tokens).
         STAGES: gl.constexpr = k_bufs.type.shape[0]
         BLOCK_N: gl.constexpr = k_bufs.type.shape[1]
-        CHUNK: gl.constexpr = PAGE_SIZE if PAGE_SIZE < BLOCK_N else BLOCK_N
+        CHUNK: gl.constexpr = PAGE_SIZE if PAGED and PAGE_SIZE < BLOCK_N else BLOCK_N
         WIDEN_K: gl.constexpr = k_bufs.dtype.primitive_bitwidth == 16
         s = (it0 + j) % STAGES
         mbarrier.wait(kv_empty.index(s), (((it0 + j) // STAGES) & 1) ^ 1)
         for c in gl.static_range(BLOCK_N // CHUNK):
             key0 = j * BLOCK_N + c * CHUNK
-            block_id = _page_block_id(table_row, key0 // PAGE_SIZE, max_blocks, num_cache_blocks)
             valid = gl.expand_dims(key0 + o_row < seq_k_len, 1)
-            p_k = k_head + (block_id * stride_k_blk + (key0 % PAGE_SIZE) * stride_k_slot) + k_rows
+            if PAGED:
+                block_id = _page_block_id(table_row, key0 // PAGE_SIZE, max_blocks, num_cache_blocks)
+                k_off = block_id * stride_k_blk + (key0 % PAGE_SIZE) * stride_k_slot
+                v_off = block_id * stride_v_blk + (key0 % PAGE_SIZE) * stride_v_slot
+            else:
+                row = (seq_k_start + key0).to(gl.int64)  # rows past the sequence are masked: no read past total_k
+                k_off = row * stride_k_slot
+                v_off = row * stride_v_slot
+            p_k = k_head + k_off + k_rows
             if WIDEN_K:
                 _cp_async_load(v_stage.index(2 + j % 2).slice(c * CHUNK, CHUNK), p_k, mask=valid)
             else:
                 _cp_async_load(k_bufs.index(s).slice(c * CHUNK, CHUNK), p_k, mask=valid)
-            p_v = v_head + (block_id * stride_v_blk + (key0 % PAGE_SIZE) * stride_v_slot) + v_rows
+            p_v = v_head + v_off + v_rows
             _cp_async_load(v_stage.index(j % 2).slice(c * CHUNK, CHUNK), p_v, mask=valid)
         if not WIDEN_K:
             async_copy.mbarrier_arrive(k_ready.index(s), increment_count=False)
@@ -451,16 +462,17 @@ if HAS_GLUON:
                            k_ptr, v_ptr, block_table_ptr, seq, stride_bt_seq, num_cache_blocks, max_blocks,
                            seq_k_len, kv_head, stride_k_blk, stride_k_slot, stride_k_head, stride_v_blk,
                            stride_v_slot, stride_v_head, num_blocks, it0, PAGE_SIZE: gl.constexpr,
-                           QUANTIZE_Q: gl.constexpr):  # fmt: skip
+                           QUANTIZE_Q: gl.constexpr, PAGED: gl.constexpr = True, seq_k_start=0):  # fmt: skip
         # Paged fp8 K/V: gathered as _produce_paged does, V into two staging tiles [BLOCK_N, D] that the producer
         # warps transpose into the key-major slot [D, BLOCK_N] (keys in FP8_KEY_ORDER per group of 16, as _to_p
         # orders P: the fp8 P@V's K-major operand), or, with 16-bit V slots, widen to fp16 row by row (a 16-bit
         # P@V). With 16-bit K slots (a 16-bit q) K is staged and widened to q's type the same way (a 16-bit QK).
-        # Block j + 1's copies are in flight while block j is transposed or widened.
+        # Block j + 1's copies are in flight while block j is transposed or widened. Not PAGED: contiguous fp8 K/V
+        # with K widened, gathered the same way from rows seq_k_start on.
         STAGES: gl.constexpr = k_bufs.type.shape[0]
         BLOCK_N: gl.constexpr = k_bufs.type.shape[1]
         HEAD_DIM: gl.constexpr = k_bufs.type.shape[2]
-        CHUNK: gl.constexpr = PAGE_SIZE if PAGE_SIZE < BLOCK_N else BLOCK_N
+        CHUNK: gl.constexpr = PAGE_SIZE if PAGED and PAGE_SIZE < BLOCK_N else BLOCK_N
         WARPS: gl.constexpr = gl.num_warps()
         VEC: gl.constexpr = 16  # fp8 values per 16-byte copy
         WIDEN_ROWS: gl.constexpr = 32  # 16-bit V slots: rows widened per pass (8 registers of fp8 per thread)
@@ -478,13 +490,14 @@ if HAS_GLUON:
         v_rows = gl.expand_dims(o_row, 1) * stride_v_slot + o_d
         _gather_block_fp8(0, it0, k_bufs, v_stage, k_ready, kv_empty, k_head, v_head, k_rows, v_rows, o_row, table_row,
                           seq_k_len, max_blocks, num_cache_blocks, stride_k_blk, stride_k_slot, stride_v_blk,
-                          stride_v_slot, PAGE_SIZE)  # fmt: skip
+                          stride_v_slot, PAGE_SIZE, PAGED, seq_k_start)  # fmt: skip
         for j in range(num_blocks):
             s = (it0 + j) % STAGES
             if j + 1 < num_blocks:
                 _gather_block_fp8(j + 1, it0, k_bufs, v_stage, k_ready, kv_empty, k_head, v_head, k_rows, v_rows,
                                   o_row, table_row, seq_k_len, max_blocks, num_cache_blocks, stride_k_blk,
-                                  stride_k_slot, stride_v_blk, stride_v_slot, PAGE_SIZE)  # fmt: skip
+                                  stride_k_slot, stride_v_blk, stride_v_slot, PAGE_SIZE, PAGED,
+                                  seq_k_start)  # fmt: skip
                 async_copy.wait_group(1)  # block j's copies have landed (j + 1's may still fly)
             else:
                 async_copy.wait_group(0)
@@ -942,7 +955,8 @@ if HAS_GLUON:
         process, seq, seq_q_start, seq_q_len, q_tile_start, seq_k_start, seq_k_len, num_blocks, key_shift = (
             _tile_bounds(tile_id, cu_seqlens_q_ptr, cu_seqlens_k_ptr, seqused_k_ptr, num_seqs, total_q, total_k,
                          max_blocks, BLOCK_M, BLOCK_N, CAUSAL, PAGED, PAGE_SIZE, HAS_SEQUSED, SEQ_FILTER,
-                         DECODE_MAX_Q, FP8, 32, gl.num_warps(), seq_known, SEQ_KNOWN)
+                         DECODE_MAX_Q, FP8 and q_desc.dtype.primitive_bitwidth == 8, 32, gl.num_warps(), seq_known,
+                         SEQ_KNOWN)
         )  # fmt: skip
         if process & (num_blocks > 0):
             qb = items % Q_BUFS
@@ -993,7 +1007,8 @@ if HAS_GLUON:
                 seq = _find_sequence(cu_seqlens_q_ptr, tile_id, num_seqs, BLOCK_M, 32, gl.num_warps())
                 process = _tile_bounds(tile_id, cu_seqlens_q_ptr, cu_seqlens_k_ptr, seqused_k_ptr, num_seqs, total_q,
                                        total_k, max_blocks, BLOCK_M, BLOCK_N, CAUSAL, PAGED, PAGE_SIZE, HAS_SEQUSED,
-                                       SEQ_FILTER, DECODE_MAX_Q, FP8, 32, gl.num_warps(), seq, True)[0]  # fmt: skip
+                                       SEQ_FILTER, DECODE_MAX_Q, FP8 and q_desc.dtype.primitive_bitwidth == 8, 32,
+                                       gl.num_warps(), seq, True)[0]  # fmt: skip
                 if process:
                     _give_work(work_ids, work_ready, work_empty, given, work, seq, gl.num_warps())
                     given += 1
@@ -1043,7 +1058,8 @@ if HAS_GLUON:
         process, seq, seq_q_start, seq_q_len, q_tile_start, seq_k_start, seq_k_len, num_blocks, key_shift = (
             _tile_bounds(tile_id, cu_seqlens_q_ptr, cu_seqlens_k_ptr, seqused_k_ptr, num_seqs, total_q, total_k,
                          max_blocks, BLOCK_M, BLOCK_N, CAUSAL, PAGED, PAGE_SIZE, HAS_SEQUSED, SEQ_FILTER,
-                         DECODE_MAX_Q, FP8, 32, num_warps, seq_known, SEQ_KNOWN)
+                         DECODE_MAX_Q, FP8 and q_bufs.dtype.primitive_bitwidth == 8, 32, num_warps, seq_known,
+                         SEQ_KNOWN)
         )  # fmt: skip
         if process:
             if num_blocks == 0:
@@ -1229,16 +1245,16 @@ if HAS_GLUON:
     ):
         BLOCK_M: gl.constexpr = q_desc.block_type.shape[0]
         HEAD_DIM: gl.constexpr = q_desc.block_type.shape[1]
-        GATHER: gl.constexpr = PAGED and not PAGED_TMA
+        # fp8 K/V with a 16-bit q (not rounded to fp8): the gathering producer widens K to q's type too, into slots
+        # of q's layout, and arrives once (k_desc stays fp8: the staging tiles' type and layout); contiguous K/V too
+        WIDEN_K: gl.constexpr = FP8 and q_desc.dtype.primitive_bitwidth == 16
+        GATHER: gl.constexpr = (PAGED and not PAGED_TMA) or WIDEN_K
         # TMA: one expect-tx arrival per slot; cp.async gathers: every producer thread's arrival. Gathered fp8 V is
         # transposed by the producer warps, which then arrive once (mbarrier.arrive: one thread of the partition)
         READY_COUNT: gl.constexpr = 32 * PAGED_PRODUCER_WARPS if GATHER else 1
         V_READY_COUNT: gl.constexpr = 1 if FP8 else READY_COUNT
         # fp8 V is key-major with an fp8 P@V, unless the gathering producer widens it to 16 bits (v_desc's dtype)
         V_KEY_MAJOR: gl.constexpr = FP8 and v_desc.dtype.primitive_bitwidth == 8
-        # fp8 K/V with a 16-bit q (not rounded to fp8): the gathering producer widens K to q's type too, into slots
-        # of q's layout, and arrives once (k_desc stays fp8: the staging tiles' type and layout)
-        WIDEN_K: gl.constexpr = FP8 and GATHER and q_desc.dtype.primitive_bitwidth == 16
         K_READY_COUNT: gl.constexpr = 1 if WIDEN_K else READY_COUNT
         STAGE_TILES: gl.constexpr = 4 if WIDEN_K else 2  # V's two staging tiles, then K's
         ZERO_TAIL: gl.constexpr = not GATHER  # cp.async gathers zero-fill keys past the sequence themselves
@@ -1368,7 +1384,7 @@ if HAS_GLUON:
         process, seq, seq_q_start, seq_q_len, q_tile_start, seq_k_start, seq_k_len, num_blocks, key_shift = (
             _tile_bounds(tile_id, cu_seqlens_q_ptr, cu_seqlens_k_ptr, seqused_k_ptr, num_seqs, total_q, total_k,
                          max_blocks, BLOCK_M, BLOCK_N, CAUSAL, PAGED, PAGE_SIZE, HAS_SEQUSED, SEQ_FILTER, DECODE_MAX_Q,
-                         FP8, 32 * num_warps, num_warps)
+                         FP8 and q_desc.dtype.primitive_bitwidth == 8, 32 * num_warps, num_warps)
         )  # fmt: skip
         if process:
             if num_blocks == 0:
@@ -1376,8 +1392,8 @@ if HAS_GLUON:
                              stride_o_head, stride_lse_head, BLOCK_M, HEAD_DIM, RETURN_LSE, num_warps,
                              VALID_D)  # fmt: skip
             else:
-                GATHER: gl.constexpr = PAGED and not PAGED_TMA
-                WIDEN_K: gl.constexpr = FP8 and GATHER and q_desc.dtype.primitive_bitwidth == 16  # as the kernel's
+                WIDEN_K: gl.constexpr = FP8 and q_desc.dtype.primitive_bitwidth == 16  # as the kernel's
+                GATHER: gl.constexpr = (PAGED and not PAGED_TMA) or WIDEN_K
                 q_smem = gl.allocate_shared_memory(q_desc.dtype, q_desc.block_type.shape, q_desc.layout)
                 if WIDEN_K:
                     k_bufs = gl.allocate_shared_memory(q_desc.dtype, [STAGES, BLOCK_N, HEAD_DIM], q_desc.layout)
@@ -1490,8 +1506,9 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
     p_carry_f32: 16-bit P is carried to its P@V in fp32 and converted there (no repacking of a loop-carried 16-bit
     tensor: 32 fewer instructions per block at D 128, 32 more registers; D <= 128, not with gathered pages nor the
     persistent grid, where it spills). block_n: keys per block (0: tiles_for's). fp8_v16: gathered fp8 V is widened
-    to fp16 by the producer (no transpose) and P@V is a 16-bit wgmma; QK stays fp8, unless q is 16-bit and not
-    quantized: then K is widened to q's type too and QK is a 16-bit wgmma (`supports`' widen_k).
+    to fp16 by the producer (no transpose) and P@V is a 16-bit wgmma; QK stays fp8. A 16-bit q not quantized
+    (`supports`' widen_k): K and V, paged or contiguous, are gathered and widened to q's type and fp16, both wgmmas
+    16-bit.
     """
     total_q, num_q_heads, valid_d = q.shape
     head_dim = tile_head_dim(valid_d)  # the tiles' D; a smaller head size is padded (supports' pad_head_dim)
@@ -1499,9 +1516,9 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
     fp8 = is_fp8(k.dtype)
     num_kv_heads = k.shape[-2]
     num_seqs = cu_seqlens_q.shape[0] - 1
-    widened_k = paged and fp8 and q.element_size() == 2 and not quantize_q
-    if widened_k and not fp8_v16:
-        raise ValueError("a 16-bit q with paged fp8 K/V needs quantize_q or fp8_v16 (K widened beside V)")
+    # a 16-bit q not rounded to fp8 (`supports`' widen_k): K widened to q's type, V to fp16, both gathered
+    widened_k = fp8 and q.element_size() == 2 and not quantize_q
+    widened_v = widened_k or (paged and fp8 and fp8_v16)
     default_block_n, default_stages = tiles_for(head_dim, paged and not fp8, fp8 and causal and not paged, widened_k)
     # the largest block that fits, and its ring depth
     widest_block_n, widest_stages = (default_block_n, default_stages) if widened_k else tiles_for(head_dim)
@@ -1535,12 +1552,18 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
             page_rows = (*views[0][3], *views[1][3])
         elif fp8:  # for the slots' shape and swizzle only: K gathered, V gathered and transposed to [D, BLOCK_N]
             k_desc = _layout_descriptor(block_n, head_dim, k.dtype, q.device)
-            if fp8_v16:  # or widened to fp16 [BLOCK_N, D]
+            if widened_v:  # or widened to fp16 [BLOCK_N, D]
                 v_desc = _layout_descriptor(block_n, head_dim, torch.float16, q.device)
             else:
                 v_desc = _layout_descriptor(head_dim, block_n, v.dtype, q.device)
         else:
             k_desc = v_desc = descriptor(q, block_n)  # for the slots' shape and swizzle only: K/V are gathered
+    elif widened_k:  # contiguous fp8 K/V gathered like pages (rows of tokens), K and V widened
+        k_desc = _layout_descriptor(block_n, head_dim, k.dtype, q.device)
+        v_desc = _layout_descriptor(block_n, head_dim, torch.float16, q.device)
+        kv_strides = (0, k.stride(0), k.stride(1), 0, v.stride(0), v.stride(1))
+        page_size, num_cache_blocks, max_blocks = 1, 1, 1
+        total_k = k.shape[0]
     else:
         k_desc = descriptor(k, block_n)
         if fp8:
@@ -1564,7 +1587,7 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
         grid = (num_q_heads, n_tile_slots)
     args = (
         q_desc, k_desc, v_desc, q,
-        k if paged else out, v if paged else out, out, lse if lse is not None else out,
+        k if paged or widened_k else out, v if paged or widened_k else out, out, lse if lse is not None else out,
         cu_seqlens_q, cu_seqlens_k if cu_seqlens_k is not None else cu_seqlens_q,
         seqused_k if seqused_k is not None else cu_seqlens_q,
         block_table if paged else cu_seqlens_q,
@@ -1591,7 +1614,7 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
         STAGES=stages,
         FP8=fp8,
         # P's factor for an fp8 P@V's range (a 16-bit P@V needs none)
-        P_SCALE_LOG2=int(math.log2(p_scale(v.dtype))) if fp8 and not (paged and fp8_v16) else 0,
+        P_SCALE_LOG2=int(math.log2(p_scale(v.dtype))) if fp8 and not widened_v else 0,
         TWO_LEVEL=two_level,
         QUANTIZE_Q=quantize_q,
         Q_MAX=fp8_max(k.dtype) if quantize_q else 0.0,
