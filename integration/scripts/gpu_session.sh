@@ -5,7 +5,9 @@
 # session cut short keeps the steps that finished.
 #   setsid nohup bash integration/scripts/gpu_session.sh RESULTS_DIR [READY_FILE] > /dev/null 2>&1 &
 # READY_FILE (optional): wait until it exists (vLLM still being installed) before the first engine starts.
-# VLLM_STEPS (default "auto alibi fp8 hostcost"): which steps, in that order.
+# VLLM_STEPS (default "auto alibi fp8 hostcost"): which steps, in that order: auto / fp8 (latency with that KV cache
+# dtype), alibi (e2e_check.py --suite alibi), e2e:SUITE (e2e_check.py --suite SUITE, e.g. e2e:all), hostcost,
+# stepprofile (step_profile.py: one prefill-heavy and one decode step per backend, torch profiler).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.." || exit
 out="${1:?usage: gpu_session.sh RESULTS_DIR [READY_FILE]}"
@@ -23,6 +25,13 @@ export PYTHONUNBUFFERED=1
       alibi)
         echo "== e2e alibi $(date -u +%T)"
         timeout 600 python3 integration/scripts/e2e_check.py --suite alibi --out "$out" 2>&1 | tail -n 40 ;;
+      e2e:*)
+        echo "== e2e ${step#e2e:} $(date -u +%T)"
+        timeout "${E2E_TIMEOUT:-1500}" python3 integration/scripts/e2e_check.py --suite "${step#e2e:}" --out "$out" 2>&1 |
+          tail -n 60 ;;
+      stepprofile)
+        echo "== step profile $(date -u +%T)"
+        timeout 600 python3 integration/scripts/step_profile.py --out "$out" 2>&1 | tail -n 40 ;;
       hostcost)
         echo "== hostcost $(date -u +%T)"
         timeout 300 python3 integration/scripts/hostcost.py --out "$out" 2>&1 | tail -n 30 ;;
