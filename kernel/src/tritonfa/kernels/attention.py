@@ -848,7 +848,7 @@ def _plan_hopper_prefill(
         _multiprocessor_count(q.device) * (2 if q.shape[-1] <= 64 else 1)
         if config.ws_persistent
         and _persistent_fits(q.shape[-1], is_fp8(k.dtype), block_table is not None, causal, config,
-                             widened_k=is_fp8(k.dtype) and q.element_size() == 2 and not quantize_q)
+                             widened_k=attention_hopper.widens_k(q.dtype, k.dtype, quantize_q))
         else 0,
         config.ws_p_fp32,
         config.ws_block_n,

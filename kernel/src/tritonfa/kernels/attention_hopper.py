@@ -149,6 +149,11 @@ def key_major_v(v: torch.Tensor) -> torch.Tensor:
     return storage.view(v.dtype)
 
 
+def widens_k(q_dtype: torch.dtype, k_dtype: torch.dtype, quantize_q: bool) -> bool:
+    """Whether a call that `supports` sends here gathers fp8 K/V and widens them (a 16-bit q not rounded to fp8)."""
+    return is_fp8(k_dtype) and q_dtype in SIXTEEN_BIT and not quantize_q
+
+
 def supports(q, k, v, out, paged: bool, features: dict, fp8: bool = False, quantize_q: bool = False,
              fp8_paged: bool = False, pad_head_dim: bool = False, widen_k: bool = False) -> bool:  # fmt: skip
     """Whether this path computes the call exactly as the portable kernel would (else the launcher falls back).
@@ -164,7 +169,7 @@ def supports(q, k, v, out, paged: bool, features: dict, fp8: bool = False, quant
     if k.dtype == v.dtype == FP8_E4M3 and fp8 and (fp8_paged or not paged):
         # D <= 128: O and one block's P@V both live in registers
         fp8_q = q.dtype == FP8_E4M3 or (quantize_q and q.dtype in SIXTEEN_BIT)
-        widened = widen_k and not quantize_q and q.dtype in SIXTEEN_BIT
+        widened = widen_k and widens_k(q.dtype, k.dtype, quantize_q)
         if not (fp8_q or widened) or q.shape[-1] > 128 or out.dtype not in SIXTEEN_BIT:
             return False
         if any(on for name, on in features.items() if name != "descale"):
@@ -291,7 +296,7 @@ if HAS_GLUON:
                                kv_head, k_rows_per_block, k_rows_per_head, k_cols_per_head, v_rows_per_block,
                                v_rows_per_head, v_cols_per_head, num_blocks, it0, PAGE_SIZE)  # fmt: skip
         elif FP8 and (PAGED or k_bufs.dtype.primitive_bitwidth == 16):  # paged fp8, or contiguous with K widened
-            _produce_paged_fp8(q_desc, q_smem, k_bufs, v_bufs, v_stage, q_ready, k_ready, v_ready, kv_empty, q_row,
+            _produce_gathered_fp8(q_desc, q_smem, k_bufs, v_bufs, v_stage, q_ready, k_ready, v_ready, kv_empty, q_row,
                                q_col, k_ptr, v_ptr, block_table_ptr, seq, stride_bt_seq, num_cache_blocks, max_blocks,
                                seq_k_len, kv_head, stride_k_blk, stride_k_slot, stride_k_head, stride_v_blk,
                                stride_v_slot, stride_v_head, num_blocks, it0, PAGE_SIZE, QUANTIZE_Q, PAGED,
@@ -458,17 +463,17 @@ if HAS_GLUON:
         async_copy.commit_group()
 
     @gluon.jit
-    def _produce_paged_fp8(q_desc, q_smem, k_bufs, v_bufs, v_stage, q_ready, k_ready, v_ready, kv_empty, q_row, q_col,
-                           k_ptr, v_ptr, block_table_ptr, seq, stride_bt_seq, num_cache_blocks, max_blocks,
-                           seq_k_len, kv_head, stride_k_blk, stride_k_slot, stride_k_head, stride_v_blk,
-                           stride_v_slot, stride_v_head, num_blocks, it0, PAGE_SIZE: gl.constexpr,
-                           QUANTIZE_Q: gl.constexpr, PAGED: gl.constexpr = True, seq_k_start=0):  # fmt: skip
-        # Paged fp8 K/V: gathered as _produce_paged does, V into two staging tiles [BLOCK_N, D] that the producer
-        # warps transpose into the key-major slot [D, BLOCK_N] (keys in FP8_KEY_ORDER per group of 16, as _to_p
-        # orders P: the fp8 P@V's K-major operand), or, with 16-bit V slots, widen to fp16 row by row (a 16-bit
-        # P@V). With 16-bit K slots (a 16-bit q) K is staged and widened to q's type the same way (a 16-bit QK).
-        # Block j + 1's copies are in flight while block j is transposed or widened. Not PAGED: contiguous fp8 K/V
-        # with K widened, gathered the same way from rows seq_k_start on.
+    def _produce_gathered_fp8(q_desc, q_smem, k_bufs, v_bufs, v_stage, q_ready, k_ready, v_ready, kv_empty, q_row,
+                              q_col, k_ptr, v_ptr, block_table_ptr, seq, stride_bt_seq, num_cache_blocks, max_blocks,
+                              seq_k_len, kv_head, stride_k_blk, stride_k_slot, stride_k_head, stride_v_blk,
+                              stride_v_slot, stride_v_head, num_blocks, it0, PAGE_SIZE: gl.constexpr,
+                              QUANTIZE_Q: gl.constexpr, PAGED: gl.constexpr = True, seq_k_start=0):  # fmt: skip
+        # fp8 K/V, paged (or contiguous with K widened: rows from seq_k_start on): gathered as _produce_paged does,
+        # V into two staging tiles [BLOCK_N, D] that the producer warps transpose into the key-major slot
+        # [D, BLOCK_N] (keys in FP8_KEY_ORDER per group of 16, as _to_p orders P: the fp8 P@V's K-major operand),
+        # or, with 16-bit V slots, widen to fp16 row by row (a 16-bit P@V). With 16-bit K slots (a 16-bit q) K is
+        # staged and widened to q's type the same way (a 16-bit QK). Block j + 1's copies are in flight while
+        # block j is transposed or widened.
         STAGES: gl.constexpr = k_bufs.type.shape[0]
         BLOCK_N: gl.constexpr = k_bufs.type.shape[1]
         HEAD_DIM: gl.constexpr = k_bufs.type.shape[2]
@@ -476,6 +481,7 @@ if HAS_GLUON:
         WARPS: gl.constexpr = gl.num_warps()
         VEC: gl.constexpr = 16  # fp8 values per 16-byte copy
         WIDEN_ROWS: gl.constexpr = 32  # 16-bit V slots: rows widened per pass (8 registers of fp8 per thread)
+        WIDEN_K: gl.constexpr = k_bufs.dtype.primitive_bitwidth == 16  # a 16-bit q: K widened to its type
         layout: gl.constexpr = gl.BlockedLayout([1, VEC], [32 // (HEAD_DIM // VEC), HEAD_DIM // VEC], [WARPS, 1],
                                                 [1, 0])  # fmt: skip
         if not QUANTIZE_Q:
@@ -510,7 +516,7 @@ if HAS_GLUON:
             else:
                 # 16-bit slots [BN, D] (fp8 -> fp16 / bf16 is exact): rows widened in place, a few rows at a time so
                 # the values fit the producer's registers; no transpose, no reorder (a 16-bit P@V reads V row-major)
-                if k_bufs.dtype.primitive_bitwidth == 16:
+                if WIDEN_K:
                     for r in gl.static_range(BLOCK_N // WIDEN_ROWS):
                         b_k = v_stage.index(2 + j % 2).slice(r * WIDEN_ROWS, WIDEN_ROWS).load(layout)
                         k_bufs.index(s).slice(r * WIDEN_ROWS, WIDEN_ROWS).store(b_k.to(k_bufs.dtype))
@@ -519,7 +525,7 @@ if HAS_GLUON:
                     v_bufs.index(s).slice(r * WIDEN_ROWS, WIDEN_ROWS).store(b_v.to(v_bufs.dtype))
             fence_async_shared()  # the generic-proxy stores before the consumers' wgmma reads
             _thread_barrier()  # every warp is done with staging tile j % 2 before block j + 2's copies fill it
-            if k_bufs.dtype.primitive_bitwidth == 16:
+            if WIDEN_K:
                 mbarrier.arrive(k_ready.index(s), count=1)
             mbarrier.arrive(v_ready.index(s), count=1)
 
@@ -1405,8 +1411,8 @@ if HAS_GLUON:
                 else:
                     v_bufs = gl.allocate_shared_memory(v_desc.dtype, [STAGES, BLOCK_N, HEAD_DIM], v_desc.layout)
                 if FP8 and GATHER:  # gathered fp8 V rows wait here for the producer's transpose (or widening)
-                    v_stage = gl.allocate_shared_memory(k_desc.dtype, [4 if WIDEN_K else 2, BLOCK_N, HEAD_DIM],
-                                                        k_desc.layout)  # fmt: skip
+                    STAGE_TILES: gl.constexpr = 4 if WIDEN_K else 2  # as the kernel's
+                    v_stage = gl.allocate_shared_memory(k_desc.dtype, [STAGE_TILES, BLOCK_N, HEAD_DIM], k_desc.layout)
                 else:
                     v_stage = q_smem  # unused
                 q_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
@@ -1420,8 +1426,9 @@ if HAS_GLUON:
                 # as in attention_fwd_hopper_kernel: per producer thread for cp.async, one for TMA and fp8's transpose
                 READY_COUNT: gl.constexpr = 32 * PAGED_PRODUCER_WARPS if GATHER else 1
                 V_READY_COUNT: gl.constexpr = 1 if FP8 else READY_COUNT
+                K_READY_COUNT: gl.constexpr = 1 if WIDEN_K else READY_COUNT
                 for i in gl.static_range(STAGES):
-                    mbarrier.init(k_ready.index(i), count=1 if WIDEN_K else READY_COUNT)
+                    mbarrier.init(k_ready.index(i), count=K_READY_COUNT)
                     mbarrier.init(v_ready.index(i), count=V_READY_COUNT)
                     mbarrier.init(kv_empty.index(i), count=2)  # both consumer warpgroups hand a slot back
                 qk_scale, out_scale = _scales(softmax_scale, seq, kv_head, q_descale_ptr, k_descale_ptr, v_descale_ptr,
@@ -1517,7 +1524,7 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
     num_kv_heads = k.shape[-2]
     num_seqs = cu_seqlens_q.shape[0] - 1
     # a 16-bit q not rounded to fp8 (`supports`' widen_k): K widened to q's type, V to fp16, both gathered
-    widened_k = fp8 and q.element_size() == 2 and not quantize_q
+    widened_k = widens_k(q.dtype, k.dtype, quantize_q)
     widened_v = widened_k or (paged and fp8 and fp8_v16)
     default_block_n, default_stages = tiles_for(head_dim, paged and not fp8, fp8 and causal and not paged, widened_k)
     # the largest block that fits, and its ring depth
