@@ -9,7 +9,8 @@
 #                          VARIANTS_TIMEOUT seconds (default 900); VARIANT_PEERS: its --peers; FA3 comes from
 #                          PEER_PYTHONPATH once PEER_READY exists (waits up to PEER_WAIT_S seconds, default 120)
 #   ws-tests               the warp-specialized Gluon prefill's own tests (Hopper; its opt-in paths included), killed
-#                          after WS_TESTS_TIMEOUT seconds (default 600) so a hung kernel cannot hold the session
+#                          after WS_TESTS_TIMEOUT seconds (default 600) so a hung kernel cannot hold the session; a
+#                          test that runs past WS_TEST_TIMEOUT_EACH seconds (default 180) fails alone (pytest-timeout)
 #   ws-tests:EXPR          only the tests that pytest's -k EXPR selects ('+' for ' '), xfail-marked ones run too
 #                          (--runxfail: e.g. a path marked as hanging, to check its fix), killed after
 #                          WS_TESTS_TIMEOUT seconds; log ws_tests_<step number>.log, exit status ws_tests_<n>.rc
@@ -63,13 +64,16 @@ export PYTHONPATH="$PWD/kernel/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=
         PYTHONPATH="$peer_path$PYTHONPATH" timeout -s KILL "${VARIANTS_TIMEOUT:-900}" python3 kernel/scripts/variants.py \
           --plan "$plan" --only "${only//+/,}" --variants "${variants//+/,}" \
           --peers "${VARIANT_PEERS:-fa3,sdpa-cudnn,flex}" --out "$out" 2>&1 | tee -a "$out/variants.log" ;;
+      ws-tests*)
+        # a hung kernel fails its own test (the thread method ends the worker, which xdist reports and replaces)
+        each="--timeout ${WS_TEST_TIMEOUT_EACH:-180} --timeout-method thread" ;;&
       ws-tests)
         timeout -s KILL "${WS_TESTS_TIMEOUT:-600}" python3 -m pytest tests/kernel/test_hopper_warp_specialized.py \
-          --device cuda -n 8 -v --tb=short -p no:cacheprovider -rfEs 2>&1 | tee "$out/ws_tests.log" | tail -n 30 ;;
+          --device cuda -n 8 -v --tb=short -p no:cacheprovider -rfEs $each 2>&1 | tee "$out/ws_tests.log" | tail -n 30 ;;
       ws-tests:*)
         expr="${step#ws-tests:}"
         timeout -s KILL "${WS_TESTS_TIMEOUT:-600}" python3 -m pytest tests/kernel/test_hopper_warp_specialized.py \
-          --device cuda -n 8 -v --tb=short -p no:cacheprovider -rfEs --runxfail -k "${expr//+/ }" 2>&1 |
+          --device cuda -n 8 -v --tb=short -p no:cacheprovider -rfEs $each --runxfail -k "${expr//+/ }" 2>&1 |
           tee "$out/ws_tests_$n.log" | tail -n 30
         echo "${PIPESTATUS[0]}" > "$out/ws_tests_$n.rc" ;;
       gate:*)

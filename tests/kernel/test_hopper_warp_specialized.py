@@ -558,15 +558,20 @@ def test_widened_k_is_planned_for_a_16_bit_q_with_fp8_kv(monkeypatch):
     fp8 = torch.float8_e4m3fn
     paged = make_inputs([300], [300], num_heads=(8, 2), head_size=128, kv_dtype=fp8, kv_layout="paged")
     contiguous = make_inputs([300], [300], num_heads=(8, 2), head_size=128, kv_dtype=fp8)
+    assert _plan(paged)[0] == _plan(contiguous)[0] == PORTABLE, "opt-in: the portable kernel's exact fp16 QK"
+    monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"ws_fp8_k16": True}}))
     for inputs in (paged, contiguous):
         constexprs = _constexprs(inputs)
         assert _plan(inputs)[0] == WS and not constexprs["QUANTIZE_Q"] and constexprs["P_SCALE_LOG2"] == 0
         assert (constexprs["BLOCK_N"], constexprs["STAGES"]) == (64, 3), "16-bit K and V slots beside fp8 staging"
     assert _constexprs(contiguous)["PERSISTENT"], "the widened consumers fit the persistent grid"
     assert not _constexprs(paged)["PERSISTENT"], "paged ran faster on the flat grid"
-    monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"ws_fp8_k16": False}}))
-    assert _plan(paged)[0] == _plan(contiguous)[0] == PORTABLE, "opt-out: the portable kernel's exact fp16 QK"
-    monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {}}))
+    small = make_inputs([300], [300], num_heads=(8, 2), head_size=64, kv_dtype=fp8)
+    assert not _constexprs(small)["PERSISTENT"], "two D 64 programs per SM do not fit the shared memory"
+    monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"ws_fp8_k16": True, "ws_stages": 2}}))
+    for inputs in (paged, contiguous, small):
+        assert _constexprs(inputs)["STAGES"] == 3, "two slots deadlock a widened K (WIDENED_K_MIN_STAGES)"
+    monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"ws_fp8_k16": True}}))
     non_causal = _constexprs(contiguous, window_right=-1)
     assert non_causal["PERSISTENT"] and non_causal["BLOCK_N"] == 64
     monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"ws_fp8_k16": True, "fp8_q_for_fp8_kv": True}}))

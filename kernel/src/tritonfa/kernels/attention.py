@@ -865,11 +865,12 @@ def _persistent_fits(head_dim: int, fp8: bool, paged: bool, causal: bool, config
     blocks spills ~220 instructions there, 0 with either; widened_k: K and V widened for a 16-bit q)."""
     if head_dim > 128:
         return False
+    if widened_k:
+        # paged ran slower there (H200, session 10, b8x2048 causal: 1.174 persistent, 1.104 ms flat); at D 64 two
+        # programs (115 KB of shared memory each) do not fit one SM
+        return not paged and head_dim > 64
     if not fp8 or head_dim <= 64:
         return True
-    if widened_k:
-        # fits, but paged ran slower there (H200, session 10, b8x2048 causal: 1.174 persistent, 1.104 ms flat)
-        return not paged
     if paged and config.ws_fp8_paged_v16:
         return True
     block_n = config.ws_block_n or attention_hopper.tiles_for(128, contiguous_fp8_causal=causal and not paged)[0]

@@ -95,6 +95,11 @@ def tile_head_dim(head_dim: int) -> int:
     return 64 if head_dim <= 64 else 128 if head_dim <= 128 else 256
 
 
+# K widened by the producer: block j's k_ready comes after block j + 1's gather, which waits for slot j + 1 - STAGES to
+# be released, which the consumers do after block j's QK. Two slots deadlock (H200, session 10: every D 64 test hung)
+WIDENED_K_MIN_STAGES = 3
+
+
 def tiles_for(
     head_dim: int, paged_16_bit: bool = False, contiguous_fp8_causal: bool = False, widened_k: bool = False
 ) -> tuple[int, int]:
@@ -106,10 +111,11 @@ def tiles_for(
     consumers spill there with 128-key blocks): H200, session 9, b8x2048 causal 0.650 -> 0.597 ms; non-causal
     b4x4096 went 1.565 -> 1.816, so it keeps 128 x 2.
     widened_k (fp8 K/V widened to a 16-bit q's type by the producer): 16-bit K and V slots plus four fp8 staging
-    tiles, in 64-key blocks so that they fit beside a double-buffered 16-bit Q (D 128: 3 slots, 213 KB).
+    tiles, in 64-key blocks so that they fit beside a double-buffered 16-bit Q (D 128: 213 KB), in at least 3 slots
+    (`WIDENED_K_MIN_STAGES`).
     """
     if widened_k:
-        return (64, 3) if head_dim == 128 else (64, 2)
+        return 64, WIDENED_K_MIN_STAGES
     if head_dim == 128 and (paged_16_bit or contiguous_fp8_causal):
         return (64, 4) if paged_16_bit else (64, 3)
     if head_dim <= 128:
@@ -1533,6 +1539,8 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
         block_n = default_block_n
     if not stages:  # a block size other than the default: the ring depth that fits with the widest
         stages = default_stages if block_n == default_block_n else widest_stages
+    if widened_k:
+        stages = max(stages, WIDENED_K_MIN_STAGES)
 
     def descriptor(t: torch.Tensor, rows: int) -> GluonTensorDescriptor:
         # [tokens, heads * D] in boxes [rows, tile D]: a padded head's box runs into the next head (zeros past the
