@@ -135,6 +135,22 @@ def test_opt_in_fp8_q_runs_an_fp8_qk_dot(monkeypatch):
     assert launch.constexprs["SCALE_Q"] and launch.constexprs["Q_MAX"] == torch.finfo(FP8_DTYPES_HERE[0]).max
 
 
+@pytest.mark.parametrize("q_fp8", [False, True], ids=["bf16_q", "fp8_q"])
+def test_hopper_decode_tiles_keep_p_in_fp16_with_fp8_v(q_fp8):
+    """Dots of 16-row tiles are fp16 mma.sync on sm_90 whatever the operands: P is not rounded to fp8 there. The
+    prefill tiles' fp8 P@V (wgmma) keeps it."""
+    fp8 = torch.float8_e4m3fn
+    decode = make_inputs([1] * 4, [300, 17, 1, 64], num_heads=(8, 2), head_size=128, kv_dtype=fp8,
+                         dtype=fp8 if q_fp8 else torch.bfloat16, kv_layout="paged")  # fmt: skip
+    c = _plan(decode, "hopper")[0].constexprs
+    assert c["BLOCK_M"] < 64 and c["PV_DTYPE"] == tl_float16() and not c["V_IS_FP8"] and c["P_SCALE"] == 1.0
+    prefill = make_inputs([300], [300], num_heads=(8, 2), head_size=128, dtype=fp8, kv_dtype=fp8)
+    c = _plan(prefill, "hopper")[0].constexprs
+    assert c["BLOCK_M"] >= 64 and c["V_IS_FP8"] and c["P_SCALE"] > 1.0
+    c = _plan(decode, "cdna4")[0].constexprs
+    assert c["BLOCK_M"] < 64 and c["V_IS_FP8"], "MI350's small dots take fp8"
+
+
 def test_splits_are_sized_by_each_sequence_length():
     """16 splits for sequences of 1 to a few hundred keys: short ones use one split (the others only mark
     themselves empty) and the combine must skip the empty partial outputs it never wrote (NaN-poisoned buffers)."""

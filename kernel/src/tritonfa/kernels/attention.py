@@ -12,9 +12,9 @@ heads sharing a KV head share every K/V tile load (decode).
 The KV loop runs in three ranges: masked blocks at the start of the window, unmasked interior blocks, masked
 blocks at the end (causal diagonal, window edge, sequence end), so the interior pays for no masking.
 
-Scores are kept in the log2 domain (exp2 with log2(e) folded into the scale). When V is fp8, P is multiplied by
-P_SCALE (a power of two, see `tritonfa.fp8.p_scale`), cast to V's fp8 type for the PV dot and the accumulator is
-divided by P_SCALE at the end.
+Scores are kept in the log2 domain (exp2 with log2(e) folded into the scale). When the PV dot runs in fp8 (V fp8,
+V_IS_FP8), P is multiplied by P_SCALE (a power of two, see `tritonfa.fp8.p_scale`), cast to V's fp8 type for the
+PV dot and the accumulator is divided by P_SCALE at the end.
 """
 
 from __future__ import annotations
@@ -918,6 +918,10 @@ def _plan_launch(
     scale_q = quantize_q or (q.dtype == torch.bfloat16 and is_fp8(k.dtype))
     q_compute = k.dtype if quantize_q else (torch.float16 if scale_q else q.dtype)
     qk_dtype, pv_dtype = _dot_dtypes(arch, q_compute, k.dtype, v.dtype)
+    if arch == "hopper" and config.block_m < 64 and is_fp8(pv_dtype):
+        # Triton's dots of fewer than 64 rows are mma.sync on sm_90, in fp16 (fp8 operands unpacked, SASS):
+        # rounding P to fp8 there would cost precision and instructions for nothing. V widens to fp16 exactly.
+        pv_dtype = torch.float16
     out_max = fp8_max(out.dtype) if is_fp8(out.dtype) else 0.0
     unbounded = 1 << 30  # farther than any position, so -1 windows need no special case in the kernel
 
@@ -1024,8 +1028,8 @@ def _plan_launch(
         SCALE_Q=scale_q,
         QK_DTYPE=_TORCH_TO_TL[qk_dtype],
         PV_DTYPE=_TORCH_TO_TL[pv_dtype],
-        V_IS_FP8=is_fp8(v.dtype),
-        P_SCALE=p_scale(v.dtype) if is_fp8(v.dtype) else 1.0,
+        V_IS_FP8=is_fp8(pv_dtype),  # P@V in fp8: P rounded through V's type, scaled by P_SCALE
+        P_SCALE=p_scale(v.dtype) if is_fp8(pv_dtype) else 1.0,
         Q_MAX=(fp8_max(k.dtype) if quantize_q else FP16_SAFE_MAX) if scale_q else 0.0,
         OUT_MAX=out_max,
         DOT_PRECISION=dot_precision(arch, qk_dtype, pv_dtype),
