@@ -18,8 +18,10 @@ from attn_testing import (
     check_against_reference,
     check_low_precision,
     fp8_descale,
+    fp8_qk_accumulation_bound,
     make_inputs,
     run_kernel,
+    run_reference,
     scaled,
 )
 
@@ -553,6 +555,63 @@ def test_warp_specialized_fp8_kv_prefill_with_k_widened(monkeypatch, head_size, 
     check_low_precision(inputs, causal=False)
 
 
+@pytest.mark.skipif(not (ON_HOPPER and attention_hopper.HAS_GLUON), reason="Gluon kernels run on a Hopper GPU only")
+@pytest.mark.parametrize("persistent", [True, False])
+@pytest.mark.parametrize("q_dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("kv_layout", ["contiguous", "paged", "paged_kv_interleaved", "paged_heads_major"])
+@pytest.mark.parametrize("head_size", [64, 128])
+def test_warp_specialized_fp8_kv_prefill_with_q_split(monkeypatch, head_size, kv_layout, q_dtype, persistent):
+    """A 16-bit q with fp8 K/V as two fp8 terms (config `ws_fp8_q_split`): QK two fp8 wgmmas, V gathered and
+    widened; odd lengths, an empty sequence, NaN past the sequences, descales. The scores (lse: P and V do not touch
+    it) must be far nearer the reference than with one term (`fp8_q_for_fp8_kv`): with the second term lost the two
+    would be equal."""
+    if kv_layout == "contiguous":
+        inputs = _fp8_batch(head_size, q_dtype, use_seqused_k=True)  # NaN keys after every sequence and the last
+    else:
+        seqlens_q = [300, 129, scaled(17, 700), 0, 64]
+        seqlens_k = [300, 1000, scaled(50, 900), 7, 64]
+        inputs = make_inputs(seqlens_q, seqlens_k, num_heads=(32, 8), head_size=head_size, dtype=q_dtype,
+                             kv_dtype=torch.float8_e4m3fn, kv_layout=kv_layout, block_size=16)  # fmt: skip
+    descale = fp8_descale("per_head", inputs.batch, inputs.num_kv_heads)
+    kwargs = dict(causal=True, k_descale=descale, v_descale=descale)
+    fp8_qk = 2 * fp8_qk_accumulation_bound(inputs, kwargs, q_terms=2)
+
+    def lse_error(**config) -> float:
+        monkeypatch.setenv("TRITONFA_CONFIG", _ws_fp8_config(ws_fp8_paged=True, ws_persistent=persistent, **config))
+        _, lse = run_kernel(inputs, return_softmax_lse=True, **kwargs)
+        _, ref_lse = run_reference(inputs, return_softmax_lse=True, **kwargs)
+        seen = ~torch.isneginf(ref_lse)
+        return (lse[seen].double() - ref_lse[seen]).abs().max().item()
+
+    one_term = lse_error(fp8_q_for_fp8_kv=True)
+    monkeypatch.setenv("TRITONFA_CONFIG", _ws_fp8_config(ws_fp8_paged=True, ws_fp8_q_split=True,
+                                                         ws_persistent=persistent))  # fmt: skip
+    constexprs = _constexprs(inputs)
+    assert _plan(inputs)[0] == WS and constexprs["Q_SPLIT"] and constexprs["PERSISTENT"] == persistent
+    check_low_precision(inputs, lse_extra=fp8_qk, **kwargs)
+    check_low_precision(inputs, lse_extra=fp8_qk, causal=False)
+    two_terms = lse_error(ws_fp8_q_split=True)
+    assert two_terms <= one_term / 4, f"two fp8 terms {two_terms:.3g} vs one {one_term:.3g}"
+
+
+@pytest.mark.skipif(not attention_hopper.HAS_GLUON, reason="this triton has no Gluon")
+def test_q_split_is_planned_for_fp8_kv_with_a_16_bit_q(monkeypatch):
+    fp8 = torch.float8_e4m3fn
+    paged = make_inputs([300], [300], num_heads=(8, 2), head_size=128, kv_dtype=fp8, kv_layout="paged")
+    contiguous = make_inputs([300], [300], num_heads=(8, 2), head_size=128, kv_dtype=fp8)
+    monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"ws_fp8_q_split": True}}))
+    for inputs in (paged, contiguous):
+        constexprs = _constexprs(inputs)
+        assert _plan(inputs)[0] == WS and constexprs["QUANTIZE_Q"] and constexprs["Q_SPLIT"]
+        assert constexprs["P_SCALE_LOG2"] == 0, "V gathered and widened: a 16-bit P@V"
+        assert constexprs["PERSISTENT"], "the split consumers fit the persistent grid"
+    monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"ws_fp8_q_split": True, "fp8_q_for_fp8_kv": True}}))
+    constexprs = _constexprs(paged)
+    assert constexprs["QUANTIZE_Q"] and not constexprs["Q_SPLIT"], "a caller who asks for one term gets one"
+    monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {}}))
+    assert not _constexprs(paged).get("Q_SPLIT"), "opt-in"
+
+
 @pytest.mark.skipif(not attention_hopper.HAS_GLUON, reason="this triton has no Gluon")
 def test_widened_k_is_planned_for_a_16_bit_q_with_fp8_kv(monkeypatch):
     fp8 = torch.float8_e4m3fn
@@ -567,7 +626,6 @@ def test_widened_k_is_planned_for_a_16_bit_q_with_fp8_kv(monkeypatch):
     assert _constexprs(contiguous)["PERSISTENT"], "the widened consumers fit the persistent grid"
     assert not _constexprs(paged)["PERSISTENT"], "paged ran faster on the flat grid"
     small = make_inputs([300], [300], num_heads=(8, 2), head_size=64, kv_dtype=fp8)
-    assert not _constexprs(small)["PERSISTENT"], "two D 64 programs per SM do not fit the shared memory"
     monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"ws_fp8_k16": True, "ws_stages": 2}}))
     for inputs in (paged, contiguous, small):
         assert _constexprs(inputs)["STAGES"] == 3, "two slots deadlock a widened K (WIDENED_K_MIN_STAGES)"

@@ -52,6 +52,10 @@ class AttentionConfig:
     # H200, session 10, b8x2048 causal: 1.123 -> 0.964 ms contiguous, 1.750 -> 1.104 paged (flat grid). Opt-in until
     # its GPU tests have passed (two K/V slots deadlocked at D 64: WIDENED_K_MIN_STAGES)
     ws_fp8_k16: bool = False
+    # with ws_fp8 (and ws_fp8_paged for pages): a 16-bit q with e4m3 K/V as two fp8 terms (hi + the rest: ~8 bits
+    # of q, a bf16 q exactly), QK as two fp8 wgmmas, V gathered and widened to fp16; not with fp8_q_for_fp8_kv (one
+    # term). Opt-in until measured
+    ws_fp8_q_split: bool = False
     ws_fp8_two_level: bool = True  # fp8 P@V: each block's product added to O in fp32, not chained in the MMA
     ws_stages: int = 0  # K/V ring slots of the Gluon prefill; 0 = attention_hopper.tiles_for's
     ws_paged_tma: bool = False  # Gluon prefill: paged K/V through TMA boxes of a page's keys (else cp.async gathers)

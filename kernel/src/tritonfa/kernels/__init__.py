@@ -251,6 +251,12 @@ def _hopper_prefill_specs() -> list[dict[str, Any]]:
     # fp8 at D 128 on the persistent grid with 64-key blocks (where its consumers fit; causal: 3 slots by default)
     choices += [(128, True, True, False, fp8, fp8, False, True, stages, False, 132, False, 64, False, False)
                 for stages in (0, 2)]  # fmt: skip
+    choices = [(*choice, False) for choice in choices]
+    # a 16-bit q as two fp8 terms (config `ws_fp8_q_split`): paged and contiguous (gathered), V widened, D 64 and
+    # 128, persistent too; contiguous non-causal (128-key blocks)
+    choices += [(d, True, True, paged, bf16, fp8, True, True, 0, False, programs, False, 0, False, True, True)
+                for d in (64, 128) for programs in (0, 132) for paged in (True, False)]  # fmt: skip
+    choices += [(128, False, True, False, bf16, fp8, True, True, 0, False, 132, False, 0, False, True, True)]
     specs = []
     for (
         head_dim,
@@ -268,6 +274,7 @@ def _hopper_prefill_specs() -> list[dict[str, Any]]:
         block_n,
         dynamic,
         v16,
+        q_split,
     ) in choices:
         inputs = _meta_inputs("hopper", q_dtype, kv_dtype, head_dim, paged=paged, decode=False,
                               features=not causal)  # fmt: skip
@@ -278,7 +285,7 @@ def _hopper_prefill_specs() -> list[dict[str, Any]]:
             inputs["q"], inputs["k"], inputs["v"], out, lse, inputs["cu_seqlens_q"], inputs["cu_seqlens_k"],
             inputs["seqused_k"], inputs["block_table"], 0.125, causal, 1, 16, pingpong,
             inputs["q_descale"], inputs["k_descale"], inputs["v_descale"], quantize_q, two_level, stages,
-            bool(paged_tma), programs, pf32, block_n, dynamic, v16,
+            bool(paged_tma), programs, pf32, block_n, dynamic, v16, q_split,
         )  # fmt: skip
         name = (
             f"{fn.__name__}[hopper d{head_dim} CAUSAL={causal} RETURN_LSE={lse is not None} PINGPONG={pingpong} "
@@ -292,6 +299,7 @@ def _hopper_prefill_specs() -> list[dict[str, Any]]:
             + (f" BLOCK_N={block_n}" if block_n else "")
             + (" V16" if v16 else "")
             + (" K16" if fp8_kv and q_dtype != fp8 and not quantize_q else "")
+            + (" Q_SPLIT" if q_split else "")
             + "]"
         )
         specs.append(dict(name=name, fn=fn, bound_args=args, constexprs=constexprs, options=options, gluon=True))

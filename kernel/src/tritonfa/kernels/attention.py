@@ -32,6 +32,7 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 from tritonfa.configs import DECODE_MAX_SEQLEN_Q, AttentionConfig, detect_arch, native_fp8_dot, select_config
 from tritonfa.fp8 import FP8_DTYPES, descale_strides, fp8_max, is_fp8, p_scale
 from tritonfa.kernels import attention_hopper
+from tritonfa.kernels.launch import launch
 
 LOG2E = tl.constexpr(1.4426950408889634)
 LN2 = tl.constexpr(0.6931471805599453)
@@ -751,13 +752,13 @@ class KernelLaunch:
     options: dict[str, Any]  # num_warps, num_stages, waves_per_eu
 
     def __call__(self) -> None:
-        self.fn[self.grid](*self.args, **self.constexprs, **self.options)
+        launch(self.fn, self.grid, self.args, self.constexprs, self.options)
 
 
 def attention_forward(*args, **kwargs) -> None:
     """Launch the forward kernel on validated arguments; writes `out` (and `lse` if given). See `plan_attention`."""
-    for launch in plan_attention(*args, **kwargs):
-        launch()
+    for planned in plan_attention(*args, **kwargs):
+        planned()
 
 
 def plan_attention(
@@ -821,12 +822,18 @@ def plan_attention(
             output_scale=output_scale is not None, softcap=softcap > 0.0, window=window_left >= 0 or window_right > 0,
         )  # fmt: skip
         quantize_q = quantizes_q(arch, prefill_config, q.dtype, k.dtype)
+        # opt-in: fp8 K/V with a 16-bit q as two fp8 terms (~8 bits of q, exact for bf16; V widened to fp16)
+        q_split = (
+            prefill_config.ws_fp8_q_split and not quantize_q and q.dtype in (torch.float16, torch.bfloat16)
+            and k.dtype == v.dtype == torch.float8_e4m3fn
+        )  # fmt: skip
+        quantize_q = quantize_q or q_split
         if attention_hopper.supports(q, k, v, out, block_table is not None, features, prefill_config.ws_fp8,
                                      quantize_q, prefill_config.ws_fp8_paged, prefill_config.ws_pad_head_dim,
                                      prefill_config.ws_fp8_k16):  # fmt: skip
             fast = functools.partial(
                 _plan_hopper_prefill, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table,
-                softmax_scale, window_right == 0, prefill_config, q_descale, k_descale, v_descale, quantize_q,
+                softmax_scale, window_right == 0, prefill_config, q_descale, k_descale, v_descale, quantize_q, q_split,
             )  # fmt: skip
             if num_seqs == 1:
                 return [fast(seq_filter=0)]
@@ -838,7 +845,7 @@ def plan_attention(
 
 def _plan_hopper_prefill(
     q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, softmax_scale, causal,
-    config: AttentionConfig, q_descale, k_descale, v_descale, quantize_q, seq_filter,
+    config: AttentionConfig, q_descale, k_descale, v_descale, quantize_q, q_split, seq_filter,
 ):  # fmt: skip
     fn, grid, args, constexprs, options = attention_hopper.plan_hopper_prefill(
         q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, softmax_scale, causal, seq_filter,
@@ -848,30 +855,29 @@ def _plan_hopper_prefill(
         _multiprocessor_count(q.device) * (2 if q.shape[-1] <= 64 else 1)
         if config.ws_persistent
         and _persistent_fits(q.shape[-1], is_fp8(k.dtype), block_table is not None, causal, config,
-                             widened_k=attention_hopper.widens_k(q.dtype, k.dtype, quantize_q))
+                             widened_k=attention_hopper.widens_k(q.dtype, k.dtype, quantize_q), q_split=q_split)
         else 0,
         config.ws_p_fp32,
         config.ws_block_n,
         config.ws_dynamic,
         config.ws_fp8_paged_v16,
+        q_split,
     )  # fmt: skip
     return KernelLaunch(fn, grid, args, constexprs, options)
 
 
 def _persistent_fits(head_dim: int, fp8: bool, paged: bool, causal: bool, config: AttentionConfig,
-                     widened_k: bool = False) -> bool:  # fmt: skip
+                     widened_k: bool = False, q_split: bool = False) -> bool:  # fmt: skip
     """Whether the persistent grid's consumers keep their loops out of local memory (sm_90 SASS): not at D 256; fp8
     K/V at D 128 only with 64-key blocks or with gathered V widened to fp16 (the two-level fp8 P@V with 128-key
     blocks spills ~220 instructions there, 0 with either; widened_k: K and V widened for a 16-bit q)."""
     if head_dim > 128:
         return False
-    if widened_k:
-        # paged ran slower there (H200, session 10, b8x2048 causal: 1.174 persistent, 1.104 ms flat); at D 64 two
-        # programs (115 KB of shared memory each) do not fit one SM
-        return not paged and head_dim > 64
+    if widened_k:  # paged ran slower there (H200, session 10, b8x2048 causal: 1.174 persistent, 1.104 ms flat)
+        return not paged
     if not fp8 or head_dim <= 64:
         return True
-    if paged and config.ws_fp8_paged_v16:
+    if (paged and config.ws_fp8_paged_v16) or q_split:  # V widened (sm_90: 0 spills in the loops)
         return True
     block_n = config.ws_block_n or attention_hopper.tiles_for(128, contiguous_fp8_causal=causal and not paged)[0]
     return block_n == 64

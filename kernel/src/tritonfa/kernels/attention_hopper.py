@@ -242,8 +242,8 @@ if HAS_GLUON:
         # compute (process), its sequence, q rows, keys (bounded by total_q / total_k / the block table whatever the
         # index tensors hold) and the key blocks its rows see. A sequence's tile k starts at row k * BLOCK_M: the
         # grids walk the slots from the last, so every sequence's last tiles (most keys under a causal mask) run
-        # first. KEY_GROUPS (fp8 read through V's key-major copy): the key grid starts key_shift keys early, on a
-        # 16-key group of that copy.
+        # first. KEY_GROUPS (fp8 V read through its key-major copy, not gathered): the key grid starts key_shift keys
+        # early, on a 16-key group of that copy.
         if SEQ_KNOWN:
             seq = seq_known
         else:
@@ -301,7 +301,7 @@ if HAS_GLUON:
                                q_row, q_col, block_table_ptr, seq, stride_bt_seq, num_cache_blocks, max_blocks,
                                kv_head, k_rows_per_block, k_rows_per_head, k_cols_per_head, v_rows_per_block,
                                v_rows_per_head, v_cols_per_head, num_blocks, it0, PAGE_SIZE)  # fmt: skip
-        elif FP8 and (PAGED or k_bufs.dtype.primitive_bitwidth == 16):  # paged fp8, or contiguous with K widened
+        elif FP8 and (PAGED or v_bufs.dtype.primitive_bitwidth == 16):  # paged fp8, or contiguous with V widened
             _produce_gathered_fp8(q_desc, q_smem, k_bufs, v_bufs, v_stage, q_ready, k_ready, v_ready, kv_empty, q_row,
                                q_col, k_ptr, v_ptr, block_table_ptr, seq, stride_bt_seq, num_cache_blocks, max_blocks,
                                seq_k_len, kv_head, stride_k_blk, stride_k_slot, stride_k_head, stride_v_blk,
@@ -638,12 +638,12 @@ if HAS_GLUON:
         return tok
 
     @gluon.jit
-    def _kv_step(j, it0, turn0, q_smem, k_bufs, v_bufs, k_ready, v_ready, kv_empty, turns, s_zero, o_zero, b_o, m_i,
-                 l_i, p_prev, key_shift, q_pos, seq_k_len, diagonal, qk_scale,
+    def _kv_step(j, it0, turn0, q_smem, q_low_smem, k_bufs, v_bufs, k_ready, v_ready, kv_empty, turns, s_zero,
+                 o_zero, b_o, m_i, l_i, p_prev, key_shift, q_pos, seq_k_len, diagonal, qk_scale,
                  MASKED: gl.constexpr, CAUSAL: gl.constexpr, s_layout: gl.constexpr, o_layout: gl.constexpr,
                  p_layout: gl.constexpr, WG: gl.constexpr, PINGPONG: gl.constexpr, V_KEY_MAJOR: gl.constexpr,
                  P_SCALE_LOG2: gl.constexpr, TWO_LEVEL: gl.constexpr, ROW_SCALE: gl.constexpr,
-                 CARRY_F32: gl.constexpr):  # fmt: skip
+                 CARRY_F32: gl.constexpr, Q_SPLIT: gl.constexpr):  # fmt: skip
         # S_j = Q K_j^T is issued before O += P_{j-1} V_{j-1}; the softmax of S_j overlaps that P@V. it0 / turn0: the
         # K/V blocks and wgmma turns this warpgroup has used before this tile (ring slots and phases go on).
         STAGES: gl.constexpr = k_bufs.type.shape[0]
@@ -653,6 +653,8 @@ if HAS_GLUON:
         mbarrier.wait(k_ready.index(s), ((it0 + j) // STAGES) & 1)
         _wait_turn(turns, turn0 + j, WG, PINGPONG)
         s_tok = warpgroup_mma(q_smem, k_bufs.index(s).permute((1, 0)), s_zero, use_acc=False, is_async=True)
+        if Q_SPLIT:
+            s_tok = warpgroup_mma(q_low_smem, k_bufs.index(s).permute((1, 0)), s_tok, is_async=True)
         mbarrier.wait(v_ready.index(sp), ((it0 + j - 1) // STAGES) & 1)
         o_tok = _pv_issue(p_prev, _v_operand(v_bufs, sp, V_KEY_MAJOR), b_o, o_zero, p_layout, TWO_LEVEL, CARRY_F32)
         _pass_turn(turns, WG, PINGPONG)
@@ -720,10 +722,13 @@ if HAS_GLUON:
         _thread_barrier()
 
     @gluon.jit
-    def _quantize_q_rows(q_smem, q_ptr, seq_q_start, seq_q_len, q_tile_start, q_head, stride_q_tok, stride_q_head,
-                         Q_MAX: gl.constexpr, num_warps: gl.constexpr):  # fmt: skip
+    def _quantize_q_rows(q_smem, q_low_smem, q_ptr, seq_q_start, seq_q_len, q_tile_start, q_head, stride_q_tok,
+                         stride_q_head, Q_MAX: gl.constexpr, Q_SPLIT: gl.constexpr,
+                         num_warps: gl.constexpr):  # fmt: skip
         # This warpgroup's rows of a 16-bit q, each divided by a power of two that brings its largest |q| within
         # Q_MAX, stored as fp8 into q_smem for the QK wgmma. Returns the row scales [ROWS] (exact: powers of two).
+        # Q_SPLIT: what that rounding left out (exact in fp32, at most half an fp8 step) goes to q_low_smem as a
+        # second fp8 term, 4 more bits of q: ~8 in all (bf16 has 8), where one term keeps 4.
         ROWS: gl.constexpr = q_smem.type.shape[0]
         HEAD_DIM: gl.constexpr = q_smem.type.shape[1]
         layout: gl.constexpr = gl.BlockedLayout([1, 8], [32 // (HEAD_DIM // 8), HEAD_DIM // 8], [num_warps, 1], [1, 0])
@@ -734,7 +739,11 @@ if HAS_GLUON:
         b_q = gl.load(p_q, mask=gl.expand_dims(o_row < seq_q_len, 1), other=0.0).to(gl.float32)
         q_amax = gl.max(gl.abs(b_q), 1)  # [ROWS]
         row_scale = gl.where(q_amax > 0.0, gl.exp2(gl.ceil(gl.log2(gl.maximum(q_amax, 1e-30) / Q_MAX))), 1.0)
-        q_smem.store((b_q * gl.expand_dims(1.0 / row_scale, 1)).to(q_smem.dtype))
+        b_q = b_q * gl.expand_dims(1.0 / row_scale, 1)
+        b_q_high = b_q.to(q_smem.dtype)
+        q_smem.store(b_q_high)
+        if Q_SPLIT:
+            q_low_smem.store((b_q - b_q_high.to(gl.float32)).to(q_smem.dtype))
         fence_async_shared()  # the generic-proxy stores before the wgmma's async-proxy reads
         _thread_barrier()  # every warp's rows before the warpgroup's QK
         return row_scale
@@ -754,6 +763,12 @@ if HAS_GLUON:
         # FP8: V slots are key-major, P and l are scaled by 2^P_SCALE_LOG2, O takes out_scale (V's descale); with
         # 16-bit V slots (gathered fp8 V widened by the producer) QK stays fp8 and P@V is a 16-bit one.
         q_smem = q_tile_smem.slice(ROW0, ROWS, dim=0)
+        # Q_SPLIT (see _quantize_q_rows): the tile holds both warpgroups' q rows, then the rests' in the same order
+        Q_SPLIT: gl.constexpr = q_tile_smem.type.shape[0] == 4 * ROWS
+        if Q_SPLIT:
+            q_low_smem = q_tile_smem.slice(2 * ROWS + ROW0, ROWS, dim=0)
+        else:
+            q_low_smem = q_smem
         V_KEY_MAJOR: gl.constexpr = FP8 and v_bufs.dtype.primitive_bitwidth == 8
         WG: gl.constexpr = ROW0 // ROWS  # 0 or 1
         q_tile_start = q_tile_start + ROW0
@@ -793,8 +808,8 @@ if HAS_GLUON:
         b_o = gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, o_layout)
 
         if QUANTIZE_Q:
-            row_scale = _quantize_q_rows(q_smem, q_ptr, seq_q_start, seq_q_len, q_tile_start, q_head, stride_q_tok,
-                                         stride_q_head, Q_MAX, num_warps)  # fmt: skip
+            row_scale = _quantize_q_rows(q_smem, q_low_smem, q_ptr, seq_q_start, seq_q_len, q_tile_start, q_head,
+                                         stride_q_tok, stride_q_head, Q_MAX, Q_SPLIT, num_warps)  # fmt: skip
             qk_scale = gl.convert_layout(row_scale, row_layout) * qk_scale
         else:
             mbarrier.wait(q_ready, q_phase)
@@ -805,6 +820,8 @@ if HAS_GLUON:
         mbarrier.wait(k_ready.index(s0), (it0 // STAGES) & 1)
         _wait_turn(turns, turn0, WG, PINGPONG)
         s_tok = warpgroup_mma(q_smem, k_bufs.index(s0).permute((1, 0)), s_zero, use_acc=False, is_async=True)
+        if Q_SPLIT:
+            s_tok = warpgroup_mma(q_low_smem, k_bufs.index(s0).permute((1, 0)), s_tok, is_async=True)
         _pass_turn(turns, WG, PINGPONG)
         b_s = warpgroup_mma_wait(num_outstanding=0, deps=(s_tok,))
         if first_full:
@@ -823,18 +840,18 @@ if HAS_GLUON:
                 _zero_keys_outside(v_bufs.index(s0), -key_shift, seq_k_len, num_warps)
         # interior blocks: every key visible to every row, no mask
         for j in range(1, num_full):
-            b_o, m_i, l_i, p_prev = _kv_step(j, it0, turn0, q_smem, k_bufs, v_bufs, k_ready, v_ready, kv_empty, turns,
-                                             s_zero, o_zero, b_o, m_i, l_i, p_prev, key_shift, q_pos, seq_k_len,
-                                             diagonal, qk_scale, False, CAUSAL, s_layout, o_layout, p_layout, WG,
-                                             PINGPONG, V_KEY_MAJOR, P_SCALE_LOG2, TWO_LEVEL_PV, QUANTIZE_Q,
-                                             CARRY_F32)  # fmt: skip
+            b_o, m_i, l_i, p_prev = _kv_step(j, it0, turn0, q_smem, q_low_smem, k_bufs, v_bufs, k_ready, v_ready,
+                                             kv_empty, turns, s_zero, o_zero, b_o, m_i, l_i, p_prev, key_shift,
+                                             q_pos, seq_k_len, diagonal, qk_scale, False, CAUSAL, s_layout,
+                                             o_layout, p_layout, WG, PINGPONG, V_KEY_MAJOR, P_SCALE_LOG2,
+                                             TWO_LEVEL_PV, QUANTIZE_Q, CARRY_F32, Q_SPLIT)  # fmt: skip
         # blocks on the causal diagonal or past the sequence's last key
         for j in range(gl.maximum(num_full, 1), num_blocks):
-            b_o, m_i, l_i, p_prev = _kv_step(j, it0, turn0, q_smem, k_bufs, v_bufs, k_ready, v_ready, kv_empty, turns,
-                                             s_zero, o_zero, b_o, m_i, l_i, p_prev, key_shift, q_pos, seq_k_len,
-                                             diagonal, qk_scale, True, CAUSAL, s_layout, o_layout, p_layout, WG,
-                                             PINGPONG, V_KEY_MAJOR, P_SCALE_LOG2, TWO_LEVEL_PV, QUANTIZE_Q,
-                                             CARRY_F32)  # fmt: skip
+            b_o, m_i, l_i, p_prev = _kv_step(j, it0, turn0, q_smem, q_low_smem, k_bufs, v_bufs, k_ready, v_ready,
+                                             kv_empty, turns, s_zero, o_zero, b_o, m_i, l_i, p_prev, key_shift,
+                                             q_pos, seq_k_len, diagonal, qk_scale, True, CAUSAL, s_layout,
+                                             o_layout, p_layout, WG, PINGPONG, V_KEY_MAJOR, P_SCALE_LOG2,
+                                             TWO_LEVEL_PV, QUANTIZE_Q, CARRY_F32, Q_SPLIT)  # fmt: skip
         last = num_blocks - 1
         s_last = (it0 + last) % STAGES
         mbarrier.wait(v_ready.index(s_last), ((it0 + last) // STAGES) & 1)
@@ -967,7 +984,7 @@ if HAS_GLUON:
         process, seq, seq_q_start, seq_q_len, q_tile_start, seq_k_start, seq_k_len, num_blocks, key_shift = (
             _tile_bounds(tile_id, cu_seqlens_q_ptr, cu_seqlens_k_ptr, seqused_k_ptr, num_seqs, total_q, total_k,
                          max_blocks, BLOCK_M, BLOCK_N, CAUSAL, PAGED, PAGE_SIZE, HAS_SEQUSED, SEQ_FILTER,
-                         DECODE_MAX_Q, FP8 and q_desc.dtype.primitive_bitwidth == 8, 32, gl.num_warps(), seq_known,
+                         DECODE_MAX_Q, FP8 and v_desc.dtype.primitive_bitwidth == 8, 32, gl.num_warps(), seq_known,
                          SEQ_KNOWN)
         )  # fmt: skip
         if process & (num_blocks > 0):
@@ -1019,7 +1036,7 @@ if HAS_GLUON:
                 seq = _find_sequence(cu_seqlens_q_ptr, tile_id, num_seqs, BLOCK_M, 32, gl.num_warps())
                 process = _tile_bounds(tile_id, cu_seqlens_q_ptr, cu_seqlens_k_ptr, seqused_k_ptr, num_seqs, total_q,
                                        total_k, max_blocks, BLOCK_M, BLOCK_N, CAUSAL, PAGED, PAGE_SIZE, HAS_SEQUSED,
-                                       SEQ_FILTER, DECODE_MAX_Q, FP8 and q_desc.dtype.primitive_bitwidth == 8, 32,
+                                       SEQ_FILTER, DECODE_MAX_Q, FP8 and v_desc.dtype.primitive_bitwidth == 8, 32,
                                        gl.num_warps(), seq, True)[0]  # fmt: skip
                 if process:
                     _give_work(work_ids, work_ready, work_empty, given, work, seq, gl.num_warps())
@@ -1070,7 +1087,7 @@ if HAS_GLUON:
         process, seq, seq_q_start, seq_q_len, q_tile_start, seq_k_start, seq_k_len, num_blocks, key_shift = (
             _tile_bounds(tile_id, cu_seqlens_q_ptr, cu_seqlens_k_ptr, seqused_k_ptr, num_seqs, total_q, total_k,
                          max_blocks, BLOCK_M, BLOCK_N, CAUSAL, PAGED, PAGE_SIZE, HAS_SEQUSED, SEQ_FILTER,
-                         DECODE_MAX_Q, FP8 and q_bufs.dtype.primitive_bitwidth == 8, 32, num_warps, seq_known,
+                         DECODE_MAX_Q, FP8 and v_bufs.dtype.primitive_bitwidth == 8, 32, num_warps, seq_known,
                          SEQ_KNOWN)
         )  # fmt: skip
         if process:
@@ -1245,6 +1262,7 @@ if HAS_GLUON:
         TWO_LEVEL: gl.constexpr,  # FP8: each block's P@V added to O in fp32
         QUANTIZE_Q: gl.constexpr,  # FP8 with a 16-bit q: rounded to fp8 here, per row
         Q_MAX: gl.constexpr,  # QUANTIZE_Q: the largest |q| after its row scale
+        Q_SPLIT: gl.constexpr,  # QUANTIZE_Q as two fp8 terms (hi, then the rest), stacked in a Q tile of 2 BLOCK_M rows
         HAS_Q_DESCALE: gl.constexpr,
         HAS_K_DESCALE: gl.constexpr,
         HAS_V_DESCALE: gl.constexpr,
@@ -1257,10 +1275,12 @@ if HAS_GLUON:
     ):
         BLOCK_M: gl.constexpr = q_desc.block_type.shape[0]
         HEAD_DIM: gl.constexpr = q_desc.block_type.shape[1]
+        Q_ROWS: gl.constexpr = 2 * BLOCK_M if Q_SPLIT else BLOCK_M  # Q_SPLIT: the rest's rows below q's
         # fp8 K/V with a 16-bit q (not rounded to fp8): the gathering producer widens K to q's type too, into slots
         # of q's layout, and arrives once (k_desc stays fp8: the staging tiles' type and layout); contiguous K/V too
         WIDEN_K: gl.constexpr = FP8 and q_desc.dtype.primitive_bitwidth == 16
-        GATHER: gl.constexpr = (PAGED and not PAGED_TMA) or WIDEN_K
+        # fp8 V widened to 16 bits is gathered, paged or contiguous (K widened, or a split q: see Q_SPLIT)
+        GATHER: gl.constexpr = (PAGED and not PAGED_TMA) or (FP8 and v_desc.dtype.primitive_bitwidth == 16)
         # TMA: one expect-tx arrival per slot; cp.async gathers: every producer thread's arrival. Gathered fp8 V is
         # transposed by the producer warps, which then arrive once (mbarrier.arrive: one thread of the partition)
         READY_COUNT: gl.constexpr = 32 * PAGED_PRODUCER_WARPS if GATHER else 1
@@ -1281,7 +1301,7 @@ if HAS_GLUON:
         HALF: gl.constexpr = BLOCK_M // 2
         FIRST: gl.constexpr = 0
         if PERSISTENT:
-            q_bufs = gl.allocate_shared_memory(q_desc.dtype, [Q_BUFS] + q_desc.block_type.shape, q_desc.layout)
+            q_bufs = gl.allocate_shared_memory(q_desc.dtype, [Q_BUFS, Q_ROWS, HEAD_DIM], q_desc.layout)
             if WIDEN_K:
                 k_bufs = gl.allocate_shared_memory(q_desc.dtype, [STAGES, BLOCK_N, HEAD_DIM], q_desc.layout)
             else:
@@ -1368,7 +1388,7 @@ if HAS_GLUON:
                           stride_vdesc_seq, stride_vdesc_head, GROUP, CAUSAL, PINGPONG, RETURN_LSE, PAGED,
                           PAGE_SIZE, PAGED_TMA, BLOCK_N, HAS_SEQUSED, SEQ_FILTER, DECODE_MAX_Q, STAGES, FP8,
                           P_SCALE_LOG2, TWO_LEVEL, QUANTIZE_Q, Q_MAX, HAS_Q_DESCALE, HAS_K_DESCALE, HAS_V_DESCALE,
-                          P_CARRY_F32, num_warps, VALID_D)  # fmt: skip
+                          P_CARRY_F32, num_warps, VALID_D, Q_ROWS)  # fmt: skip
 
     @gluon.jit
     def _tile_program(q_desc, k_desc, v_desc, q_ptr, k_ptr, v_ptr, out_ptr, lse_ptr, cu_seqlens_q_ptr,
@@ -1385,8 +1405,8 @@ if HAS_GLUON:
                       FP8: gl.constexpr, P_SCALE_LOG2: gl.constexpr, TWO_LEVEL: gl.constexpr,
                       QUANTIZE_Q: gl.constexpr, Q_MAX: gl.constexpr, HAS_Q_DESCALE: gl.constexpr,
                       HAS_K_DESCALE: gl.constexpr, HAS_V_DESCALE: gl.constexpr, P_CARRY_F32: gl.constexpr,
-                      num_warps: gl.constexpr, VALID_D: gl.constexpr):  # fmt: skip
-        # One program per (q head, q tile slot): grid (Hq, slots)
+                      num_warps: gl.constexpr, VALID_D: gl.constexpr, Q_ROWS: gl.constexpr):  # fmt: skip
+        # One program per (q head, q tile slot): grid (Hq, slots). Q_ROWS: the Q tile's rows (see the kernel's)
         BLOCK_M: gl.constexpr = q_desc.block_type.shape[0]
         HEAD_DIM: gl.constexpr = q_desc.block_type.shape[1]
         q_head = gl.program_id(0)
@@ -1396,7 +1416,7 @@ if HAS_GLUON:
         process, seq, seq_q_start, seq_q_len, q_tile_start, seq_k_start, seq_k_len, num_blocks, key_shift = (
             _tile_bounds(tile_id, cu_seqlens_q_ptr, cu_seqlens_k_ptr, seqused_k_ptr, num_seqs, total_q, total_k,
                          max_blocks, BLOCK_M, BLOCK_N, CAUSAL, PAGED, PAGE_SIZE, HAS_SEQUSED, SEQ_FILTER, DECODE_MAX_Q,
-                         FP8 and q_desc.dtype.primitive_bitwidth == 8, 32 * num_warps, num_warps)
+                         FP8 and v_desc.dtype.primitive_bitwidth == 8, 32 * num_warps, num_warps)
         )  # fmt: skip
         if process:
             if num_blocks == 0:
@@ -1405,8 +1425,8 @@ if HAS_GLUON:
                              VALID_D)  # fmt: skip
             else:
                 WIDEN_K: gl.constexpr = FP8 and q_desc.dtype.primitive_bitwidth == 16  # as the kernel's
-                GATHER: gl.constexpr = (PAGED and not PAGED_TMA) or WIDEN_K
-                q_smem = gl.allocate_shared_memory(q_desc.dtype, q_desc.block_type.shape, q_desc.layout)
+                GATHER: gl.constexpr = (PAGED and not PAGED_TMA) or (FP8 and v_desc.dtype.primitive_bitwidth == 16)
+                q_smem = gl.allocate_shared_memory(q_desc.dtype, [Q_ROWS, HEAD_DIM], q_desc.layout)
                 if WIDEN_K:
                     k_bufs = gl.allocate_shared_memory(q_desc.dtype, [STAGES, BLOCK_N, HEAD_DIM], q_desc.layout)
                 else:
@@ -1507,7 +1527,7 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
                         quantize_q: bool = False, two_level: bool = True, stages: int = 0,
                         paged_tma: bool = False, persistent_programs: int = 0,
                         p_carry_f32: bool = False, block_n: int = 0, dynamic: bool = False,
-                        fp8_v16: bool = False):  # fmt: skip
+                        fp8_v16: bool = False, q_split: bool = False):  # fmt: skip
     """(kernel, grid, args, constexprs, options) of one warp-specialized prefill launch; `supports` must hold.
 
     fp8 K/V: V is read from its key-major copy (`key_major_v`, made here); quantize_q rounds a 16-bit q to K's fp8
@@ -1521,7 +1541,7 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
     persistent grid, where it spills). block_n: keys per block (0: tiles_for's). fp8_v16: gathered fp8 V is widened
     to fp16 by the producer (no transpose) and P@V is a 16-bit wgmma; QK stays fp8. A 16-bit q not quantized
     (`supports`' widen_k): K and V, paged or contiguous, are gathered and widened to q's type and fp16, both wgmmas
-    16-bit.
+    16-bit. q_split (with quantize_q): q as two fp8 terms, QK as two fp8 wgmmas into one accumulator.
     """
     total_q, num_q_heads, valid_d = q.shape
     head_dim = tile_head_dim(valid_d)  # the tiles' D; a smaller head size is padded (supports' pad_head_dim)
@@ -1531,7 +1551,10 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
     num_seqs = cu_seqlens_q.shape[0] - 1
     # a 16-bit q not rounded to fp8 (`supports`' widen_k): K widened to q's type, V to fp16, both gathered
     widened_k = widens_k(q.dtype, k.dtype, quantize_q)
-    widened_v = widened_k or (paged and fp8 and fp8_v16)
+    q_split = q_split and quantize_q
+    # V widened to fp16 by the gathering producer: paged with fp8_v16, and contiguous K/V that are gathered (K
+    # widened too, or a split q: the 16-bit P@V keeps what the second term of q buys)
+    widened_v = widened_k or (fp8 and (paged and fp8_v16 or q_split))
     default_block_n, default_stages = tiles_for(head_dim, paged and not fp8, fp8 and causal and not paged, widened_k)
     # the largest block that fits, and its ring depth
     widest_block_n, widest_stages = (default_block_n, default_stages) if widened_k else tiles_for(head_dim)
@@ -1573,7 +1596,7 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
                 v_desc = _layout_descriptor(head_dim, block_n, v.dtype, q.device)
         else:
             k_desc = v_desc = descriptor(q, block_n)  # for the slots' shape and swizzle only: K/V are gathered
-    elif widened_k:  # contiguous fp8 K/V gathered like pages (rows of tokens), K and V widened
+    elif widened_v:  # contiguous fp8 K/V gathered like pages (rows of tokens), V widened (and K with a 16-bit q)
         k_desc = _layout_descriptor(block_n, head_dim, k.dtype, q.device)
         v_desc = _layout_descriptor(block_n, head_dim, torch.float16, q.device)
         kv_strides = (0, k.stride(0), k.stride(1), 0, v.stride(0), v.stride(1))
@@ -1602,7 +1625,7 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
         grid = (num_q_heads, n_tile_slots)
     args = (
         q_desc, k_desc, v_desc, q,
-        k if paged or widened_k else out, v if paged or widened_k else out, out, lse if lse is not None else out,
+        k if paged or widened_v else out, v if paged or widened_v else out, out, lse if lse is not None else out,
         cu_seqlens_q, cu_seqlens_k if cu_seqlens_k is not None else cu_seqlens_q,
         seqused_k if seqused_k is not None else cu_seqlens_q,
         block_table if paged else cu_seqlens_q,
@@ -1633,6 +1656,7 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
         TWO_LEVEL=two_level,
         QUANTIZE_Q=quantize_q,
         Q_MAX=fp8_max(k.dtype) if quantize_q else 0.0,
+        Q_SPLIT=q_split,
         HAS_Q_DESCALE=q_descale is not None,
         HAS_K_DESCALE=k_descale is not None,
         HAS_V_DESCALE=v_descale is not None,

@@ -1,0 +1,104 @@
+"""Launching a planned kernel with less host time than `fn[grid](...)`.
+
+Triton's JIT launch binds and specializes every parameter (~100 for the attention kernels) and builds its cache key
+on every call: most of the ~75-100 us a launch took on the H200's host (integration/scripts/hostcost.py), where
+FlashAttention-3's varlen call takes ~30-40 us. What the compiled kernel depends on is known here: the
+constexprs, the launch options and each runtime argument's specialization (a tensor's dtype and 16-byte alignment,
+an integer's width and whether it is 1 or a multiple of 16, a descriptor's type, block, layout and divisibility).
+`launch` keys the compiled kernel on a refinement of those (never coarser than Triton's own key) and calls its
+launcher directly; a key's first call goes through Triton, which compiles or finds the kernel.
+
+Off in Triton's interpreter, with launch hooks installed (profilers), and with TRITONFA_PREPARED_LAUNCH=0.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import torch
+
+_COMPILED: dict[tuple, tuple[Any, list, tuple[int, ...]]] = {}
+
+
+def _enabled() -> bool:
+    import triton
+
+    knobs = triton.knobs
+    return (
+        os.environ.get("TRITONFA_PREPARED_LAUNCH", "1") != "0"
+        and not knobs.runtime.interpret
+        and knobs.runtime.launch_enter_hook is None
+        and knobs.runtime.launch_exit_hook is None
+    )
+
+
+def _current_device_and_stream() -> tuple[int, int]:
+    from triton.runtime import driver
+
+    device = driver.active.get_current_device()
+    return device, driver.active.get_current_stream(device)
+
+
+def _divisible(values) -> tuple[bool, ...]:
+    return tuple(int(v) % 16 == 0 for v in values)
+
+
+def _arg_key(value) -> Any:
+    """What Triton's specialization of one runtime argument can depend on (None: not a type this module knows)."""
+    if isinstance(value, torch.Tensor):
+        return value.dtype, value.data_ptr() % 16 == 0
+    if isinstance(value, bool):  # before int: a bool is an int
+        return bool, value
+    if isinstance(value, int):
+        return int, value == 1, value % 16 == 0, -(2**31) <= value < 2**31, value >= 2**63
+    if isinstance(value, float):
+        return (float,)
+    if value is None:
+        return (None,)
+    if hasattr(value, "block_shape") and hasattr(value, "base"):  # a host tensor descriptor (Triton's or Gluon's)
+        return (
+            type(value), value.base.dtype, value.base.data_ptr() % 16 == 0, tuple(value.block_shape),
+            getattr(value, "layout", None), getattr(value, "padding", None), _divisible(value.shape),
+            _divisible(value.strides),
+        )  # fmt: skip
+    raise TypeError
+
+
+def launch(fn, grid: tuple[int, ...], args: tuple, constexprs: dict[str, Any], options: dict[str, Any]) -> None:
+    """fn[grid](*args, **constexprs, **options), with Triton's per-call binding skipped once a key has launched."""
+    if not _enabled():
+        fn[grid](*args, **constexprs, **options)
+        return
+    try:
+        arg_keys = tuple(_arg_key(a) for a in args)
+    except TypeError:
+        fn[grid](*args, **constexprs, **options)
+        return
+    device, stream = _current_device_and_stream()
+    key = (device, fn, tuple(constexprs.items()), tuple(options.items()), arg_keys)
+    try:
+        entry = _COMPILED.get(key)
+    except TypeError:  # an unhashable constexpr
+        fn[grid](*args, **constexprs, **options)
+        return
+    if entry is None:
+        kernel = fn[grid](*args, **constexprs, **options)
+        if hasattr(kernel, "result"):  # a future of an asynchronous compile
+            kernel = kernel.result()
+        if kernel is None or not hasattr(kernel, "packed_metadata"):
+            return
+        # every parameter in the kernel's order, as Triton passes them: constexprs in place, runtime values into
+        # the slots (the launcher skips the constexpr ones)
+        template = [constexprs.get(name) for name in fn.arg_names]
+        slots = tuple(i for i, name in enumerate(fn.arg_names) if name not in constexprs)
+        if len(slots) != len(args):
+            raise ValueError(f"{fn.__name__}: {len(args)} arguments for {len(slots)} runtime parameters")
+        _COMPILED[key] = (kernel, template, slots)
+        return
+    kernel, template, slots = entry
+    full = list(template)
+    for slot, value in zip(slots, args):
+        full[slot] = value
+    grid_x, grid_y, grid_z = (*grid, 1, 1)[:3]
+    kernel.run(grid_x, grid_y, grid_z, stream, kernel.function, kernel.packed_metadata, None, None, None, *full)

@@ -1,0 +1,109 @@
+"""The prepared launch (tritonfa.kernels.launch): a key's first call goes through Triton, later ones call the
+compiled kernel's launcher with every parameter in place; any change Triton would specialize on goes through Triton
+again. Fakes stand in for Triton (no GPU here); the GPU suite runs every kernel through the real thing."""
+
+import pytest
+import torch
+
+from tritonfa.kernels import launch as launch_module
+
+
+class FakeCompiled:
+    function = "function-handle"
+    packed_metadata = "metadata"
+
+    def __init__(self):
+        self.runs = []
+
+    def run(self, *args):
+        self.runs.append(args)
+
+
+class FakeJIT:
+    __name__ = "fake_kernel"
+    arg_names = ["x_ptr", "n", "BLOCK", "scale", "m", "FLAG"]
+
+    def __init__(self):
+        self.triton_calls = []
+        self.compiled = FakeCompiled()
+
+    def __getitem__(self, grid):
+        def bound(*args, **kwargs):
+            self.triton_calls.append((grid, args, kwargs))
+            return self.compiled
+
+        return bound
+
+
+@pytest.fixture
+def fake_triton(monkeypatch):
+    monkeypatch.setattr(launch_module, "_enabled", lambda: True)
+    monkeypatch.setattr(launch_module, "_current_device_and_stream", lambda: (0, 1234))
+    monkeypatch.setattr(launch_module, "_COMPILED", {})
+    return FakeJIT()
+
+
+def _call(fn, x, n, m=7, block=64, grid=(3, 2)):
+    launch_module.launch(fn, grid, (x, n, 0.5, m), {"BLOCK": block, "FLAG": True}, {"num_warps": 4})
+
+
+def test_second_call_skips_triton_and_passes_every_parameter_in_order(fake_triton):
+    x = torch.zeros(64, dtype=torch.bfloat16)
+    _call(fake_triton, x, 32)
+    assert len(fake_triton.triton_calls) == 1 and not fake_triton.compiled.runs
+    y = torch.ones(64, dtype=torch.bfloat16)
+    _call(fake_triton, y, 48, m=9)  # 48 % 16 == 0 like 32; another aligned tensor
+    assert len(fake_triton.triton_calls) == 1, "same specialization: no Triton binding"
+    [run] = fake_triton.compiled.runs
+    assert run[:9] == (3, 2, 1, 1234, "function-handle", "metadata", None, None, None)
+    assert run[9:] == (y, 48, 64, 0.5, 9, True), "runtime values in their slots, constexprs in place"
+
+
+@pytest.mark.parametrize(
+    "change",
+    ["misaligned", "dtype", "int_not_16_divisible", "int_one", "int64", "constexpr", "grid_only"],
+)
+def test_what_triton_specializes_on_goes_through_triton_again(fake_triton, change):
+    x = torch.zeros(64, dtype=torch.bfloat16)
+    _call(fake_triton, x, 32)
+    kwargs = dict(x=x, n=32)
+    if change == "misaligned":
+        kwargs["x"] = x[1:]  # 2 bytes past a 16-byte boundary
+    elif change == "dtype":
+        kwargs["x"] = torch.zeros(64, dtype=torch.float16)
+    elif change == "int_not_16_divisible":
+        kwargs["n"] = 33
+    elif change == "int_one":
+        kwargs["n"] = 1
+    elif change == "int64":
+        kwargs["n"] = 2**33
+    elif change == "constexpr":
+        kwargs["block"] = 128
+    elif change == "grid_only":
+        kwargs["grid"] = (5,)
+    _call(fake_triton, **kwargs)
+    expected = 1 if change == "grid_only" else 2
+    assert len(fake_triton.triton_calls) == expected, change
+    if change == "grid_only":
+        assert fake_triton.compiled.runs[0][:3] == (5, 1, 1)
+
+
+def test_off_goes_through_triton_every_time(fake_triton, monkeypatch):
+    monkeypatch.setattr(launch_module, "_enabled", lambda: False)
+    x = torch.zeros(64, dtype=torch.bfloat16)
+    _call(fake_triton, x, 32)
+    _call(fake_triton, x, 32)
+    assert len(fake_triton.triton_calls) == 2 and not fake_triton.compiled.runs
+
+
+def test_off_in_the_interpreter_and_by_environment(monkeypatch):
+    import triton
+
+    monkeypatch.setattr(triton.knobs.runtime, "interpret", True)
+    assert not launch_module._enabled()
+    monkeypatch.setattr(triton.knobs.runtime, "interpret", False)
+    monkeypatch.setenv("TRITONFA_PREPARED_LAUNCH", "0")
+    assert not launch_module._enabled()
+    monkeypatch.setenv("TRITONFA_PREPARED_LAUNCH", "1")
+    monkeypatch.setattr(triton.knobs.runtime, "launch_enter_hook", lambda *a: None)
+    assert not launch_module._enabled(), "a profiler's hook sees every launch"
