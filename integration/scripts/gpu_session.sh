@@ -34,7 +34,7 @@ export PYTHONUNBUFFERED=1
         timeout 600 python3 integration/scripts/step_profile.py --out "$out" 2>&1 | tail -n 40 ;;
       hostcost)
         echo "== hostcost $(date -u +%T)"
-        timeout 300 python3 integration/scripts/hostcost.py --out "$out" 2>&1 | tail -n 30 ;;
+        timeout 300 python3 integration/scripts/hostcost.py --profile --out "$out" 2>&1 | tail -n 30 ;;
       *)
         echo "== latency $step $(date -u +%T)"
         timeout 600 python3 integration/scripts/latency.py --backends CUSTOM,FLASH_ATTN --kv-cache-dtypes "$step" \

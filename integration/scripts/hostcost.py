@@ -9,7 +9,8 @@ batches, all rows in one process on the same tensors:
   CUSTOM forward, checked     the same with the layer's argument check redone every call (the pre-#13 path)
   tritonfa API                tritonfa.flash_attn_varlen_func (every argument checked)
   tritonfa op                 torch.ops.tritonfa.varlen_fwd (the custom op the API ends in)
-  tritonfa launcher           tritonfa.kernels.attention.attention_forward (Triton's launch of the kernel)
+  tritonfa launcher           tritonfa.kernels.attention.attention_forward (plan + the prepared launch)
+  tritonfa launcher, Triton   the same launches through Triton's JIT call (binding every argument: the A/B)
   FA3 varlen                  vLLM's flash_attn_varlen_func(fa_version=3) with the arguments FLASH_ATTN passes
   FLASH_ATTN forward          FlashAttentionImpl.forward (metadata from its builder, AOT scheduling included)
   TRITON_ATTN forward         TritonAttentionImpl.forward
@@ -45,8 +46,9 @@ import _harness as h
 
 DEFAULT_CASES = ("b1x256", "b64x2048", "b1x2048q512")  # decode b1, decode b64 (the seed's), one prefill chunk
 ROWS = (
-    "CUSTOM forward", "CUSTOM forward, checked", "tritonfa API", "tritonfa op", "tritonfa launcher", "FA3 varlen",
-    "FLASH_ATTN forward", "TRITON_ATTN forward", "torch.add", "CUSTOM graph replay",
+    "CUSTOM forward", "CUSTOM forward, checked", "tritonfa API", "tritonfa op", "tritonfa launcher",
+    "tritonfa launcher, Triton", "FA3 varlen", "FLASH_ATTN forward", "TRITON_ATTN forward", "torch.add",
+    "CUSTOM graph replay",
 )  # fmt: skip
 TARGET_MARGIN_US = 20.0
 LLAMA_3_8B = dict(num_heads=32, num_kv_heads=8, head_size=128)
@@ -122,6 +124,13 @@ def make_rows(case: str, args, device: str) -> dict:
 
         launcher_args = op_args[:4] + (None,) + op_args[4:-1]  # lse = None; no return_lse flag
         rows["tritonfa launcher"] = lambda: attention_forward(*launcher_args)
+        from tritonfa.kernels.attention import plan_attention
+
+        def through_triton():
+            for planned in plan_attention(*launcher_args):
+                planned.fn[planned.grid](*planned.args, **planned.constexprs, **planned.options)
+
+        rows["tritonfa launcher, Triton"] = through_triton
         rows["torch.add"] = lambda: torch.add(q, q, out=out)
 
         if args.vllm_rows and (hq, hk, d) == tuple(LLAMA_3_8B.values()):
@@ -246,10 +255,35 @@ def measure(cases, args, device: str) -> list[dict]:
                 continue
             if f"{name} (n/a)" in rows:
                 results.append({"case": case, "row": name, "error": rows[f"{name} (n/a)"]})
-            elif name in rows and not (args.stub_launcher and name in ("tritonfa launcher", "torch.add")):
+            elif name in rows and not (args.stub_launcher and name.startswith(("tritonfa launcher", "torch.add"))):
                 timing = time_row(rows[name], args.calls, args.warmup, device, args.repeats)
                 results.append({"case": case, "row": name, **timing})
     return results
+
+
+def profile_rows(cases, args, device: str, path: Path) -> None:
+    """Where the host time of a call goes: cProfile over `--calls` calls of each row that calls tritonfa."""
+    import cProfile
+    import io
+    import pstats
+
+    report = io.StringIO()
+    for case in cases:
+        rows = make_rows(case, args, device)
+        for name in ("CUSTOM forward",) + (() if args.stub_launcher else ("tritonfa launcher",)):
+            if name not in rows:
+                continue
+            for _ in range(args.warmup):
+                rows[name]()
+            profiler = cProfile.Profile()
+            profiler.enable()
+            for _ in range(args.calls):
+                rows[name]()
+            profiler.disable()
+            report.write(f"\n===== {case}: {name}, {args.calls} calls =====\n")
+            pstats.Stats(profiler, stream=report).sort_stats("tottime").print_stats(25)
+    path.write_text(report.getvalue())
+    print(f"written {path}")
 
 
 def verdicts(results: list[dict]) -> dict:
@@ -282,6 +316,7 @@ def main(argv=None) -> int:
     parser.add_argument("--smoke", action="store_true", help="CPU plumbing check: tiny shapes, 2 calls, no vLLM rows")
     parser.add_argument("--stub-launcher", action="store_true", help="no kernel launch: time the Python above it")
     parser.add_argument("--out", help="folder for hostcost.json (default ./hostcost-results)")
+    parser.add_argument("--profile", action="store_true", help="cProfile of rows per case: hostcost_profile.txt")
     args = parser.parse_args(argv)
     h.setup_env()
     import torch
@@ -321,6 +356,8 @@ def main(argv=None) -> int:
         else:
             print(f"{case}: CUSTOM forward {v['custom_us']:.1f} us host vs limit {v['limit_us']:.1f} us "
                   f"(FA3 varlen + {TARGET_MARGIN_US:.0f}): {'PASS' if v['ok'] else 'FAIL'}")  # fmt: skip
+    if args.profile:
+        profile_rows(args.cases.split(","), args, device, h.out_dir("hostcost", args.out) / "hostcost_profile.txt")
     path = h.out_dir("hostcost", args.out) / "hostcost.json"
     path.write_text(json.dumps({"info": info, "layout": layout, "results": results, "verdicts": checks,
                                 "table": table}, indent=1))  # fmt: skip

@@ -89,7 +89,7 @@ def test_hostcost_runs(device, tmp_path, mode):
     env = {**os.environ, "TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": ""}
     args = [mode, "--out", str(tmp_path)]
     if mode == "--stub-launcher":
-        args += ["--no-vllm-rows", "--calls", "20", "--warmup", "2", "--cases", "b4x64"]
+        args += ["--no-vllm-rows", "--calls", "20", "--warmup", "2", "--cases", "b4x64", "--profile"]
     proc = subprocess.run(
         [sys.executable, str(SCRIPTS / "hostcost.py"), *args], env=env, capture_output=True, text=True, timeout=600
     )
@@ -99,6 +99,9 @@ def test_hostcost_runs(device, tmp_path, mode):
     rows = ["CUSTOM forward", "CUSTOM forward, checked", "tritonfa API", "tritonfa op"]
     cases = ["b2x20", "b1x24q8"] if mode == "--smoke" else ["b4x64"]
     assert {(c, r) for c in cases for r in rows} <= timed, data["results"]
+    if mode == "--stub-launcher":
+        profile = (tmp_path / "hostcost_profile.txt").read_text()
+        assert "b4x64: CUSTOM forward, 20 calls" in profile and "function calls" in profile
 
 
 def test_e2e_alibi_verdict():
