@@ -64,7 +64,10 @@ PREFILL_VARIANTS = {
     # a 16-bit q with fp8 K/V as two fp8 terms (two fp8 QK wgmmas), V gathered and widened (16-bit P@V)
     "ws-fp8-q-split": {"ws_fp8_q_split": True},
     "ws-fp8-q-split-flat": {"ws_fp8_q_split": True, "ws_persistent": False},
-    "ws-fp8-q-split-bn128": {"ws_fp8_q_split": True, "ws_block_n": 128},
+    "ws-fp8-q-split-bn64": {"ws_fp8_q_split": True, "ws_block_n": 64, "ws_stages": 3},
+    # contiguous fp8 K/V gathered and V widened (no key-major copy, a 16-bit P@V), 128-key blocks on the persistent grid
+    "ws-fp8-v16-contiguous": {"ws_fp8_v16_contiguous": True},
+    "ws-fp8-v16-contiguous-flat": {"ws_fp8_v16_contiguous": True, "ws_persistent": False},
     # the transposed V and fp8 P@V (session 8's paged fp8), for A/B against the widened V (the default since session 9)
     "ws-fp8-paged-v8": {"ws_fp8_paged_v16": False},
     # fp8 at D 128 with 64-key blocks: on the persistent grid (its consumers fit there with 64 keys)

@@ -236,6 +236,35 @@ def test_warp_specialized_persistent_fp8(monkeypatch, head_size, block_n):
 
 
 @pytest.mark.skipif(not (ON_HOPPER and attention_hopper.HAS_GLUON), reason="Gluon kernels run on a Hopper GPU only")
+@pytest.mark.parametrize("persistent", [True, False])
+@pytest.mark.parametrize("head_size", [64, 128])
+def test_warp_specialized_contiguous_fp8_with_v_widened(monkeypatch, head_size, persistent):
+    """Config `ws_fp8_v16_contiguous`: contiguous fp8 K/V gathered like pages and V widened to fp16 (no key-major
+    copy, a 16-bit P@V); odd lengths, NaN keys after every sequence, descales, causal and not."""
+    monkeypatch.setenv("TRITONFA_CONFIG", _ws_fp8_config(ws_fp8_v16_contiguous=True, ws_persistent=persistent))
+    inputs = _fp8_batch(head_size, torch.float8_e4m3fn, use_seqused_k=True)
+    constexprs = _constexprs(inputs)
+    assert _plan(inputs)[0] == WS and constexprs["P_SCALE_LOG2"] == 0 and constexprs["PERSISTENT"] == persistent
+    descales = {name: fp8_descale("per_head", inputs.batch, inputs.num_kv_heads)
+                for name in ("q_descale", "k_descale", "v_descale")}  # fmt: skip
+    check_low_precision(inputs, causal=True, **descales)
+    check_low_precision(inputs, causal=False)
+
+
+@pytest.mark.skipif(not attention_hopper.HAS_GLUON, reason="this triton has no Gluon")
+def test_contiguous_fp8_widens_v_only_when_asked(monkeypatch):
+    fp8 = torch.float8_e4m3fn
+    inputs = make_inputs([300], [300], num_heads=(8, 2), head_size=128, dtype=fp8, kv_dtype=fp8)
+    monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {}}))
+    constexprs = _constexprs(inputs)
+    assert constexprs["P_SCALE_LOG2"] > 0 and constexprs["BLOCK_N"] == 64, "default: key-major V, an fp8 P@V"
+    monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"ws_fp8_v16_contiguous": True}}))
+    constexprs = _constexprs(inputs)
+    assert constexprs["P_SCALE_LOG2"] == 0 and (constexprs["BLOCK_N"], constexprs["STAGES"]) == (128, 2)
+    assert constexprs["PERSISTENT"], "the widened V's consumers fit the persistent grid with 128-key blocks"
+
+
+@pytest.mark.skipif(not (ON_HOPPER and attention_hopper.HAS_GLUON), reason="Gluon kernels run on a Hopper GPU only")
 @pytest.mark.parametrize("num_seqs", [129, 300])
 def test_warp_specialized_prefill_finds_the_sequence_of_every_tile(monkeypatch, num_seqs):
     """More sequences than the tile-to-sequence search probes at once (128): two rounds; empty, decode-sized and

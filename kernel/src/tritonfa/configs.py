@@ -47,6 +47,9 @@ class AttentionConfig:
     # with ws_fp8_paged: the producer widens gathered fp8 V to fp16 (exact) instead of transposing it, and P@V is a
     # 16-bit wgmma (QK stays fp8; P keeps 10 mantissa bits instead of 3). Hopper: on
     ws_fp8_paged_v16: bool = False
+    # with ws_fp8: contiguous fp8 K/V gathered like pages and V widened to fp16 the same way (no key-major copy of V
+    # per call; a 16-bit P@V in 128-key blocks, persistent). Opt-in until measured
+    ws_fp8_v16_contiguous: bool = False
     # with ws_fp8: a 16-bit q with fp8 K/V, paged (with ws_fp8_paged) or contiguous, not rounded (fp8_q_for_fp8_kv off)
     # goes there too: the producer gathers K and V and widens them to q's type and fp16 (exact), both dots 16-bit.
     # H200, session 10, b8x2048 causal: 1.123 -> 0.964 ms contiguous, 1.750 -> 1.104 paged (flat grid). Opt-in until

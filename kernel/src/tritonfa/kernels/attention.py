@@ -862,6 +862,7 @@ def _plan_hopper_prefill(
         config.ws_dynamic,
         config.ws_fp8_paged_v16,
         q_split,
+        config.ws_fp8_v16_contiguous,
     )  # fmt: skip
     return KernelLaunch(fn, grid, args, constexprs, options)
 
@@ -877,7 +878,7 @@ def _persistent_fits(head_dim: int, fp8: bool, paged: bool, causal: bool, config
         return not paged
     if not fp8 or head_dim <= 64:
         return True
-    if (paged and config.ws_fp8_paged_v16) or q_split:  # V widened (sm_90: 0 spills in the loops)
+    if q_split or (config.ws_fp8_paged_v16 if paged else config.ws_fp8_v16_contiguous):  # V widened: 0 spills
         return True
     block_n = config.ws_block_n or attention_hopper.tiles_for(128, contiguous_fp8_causal=causal and not paged)[0]
     return block_n == 64

@@ -1527,7 +1527,8 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
                         quantize_q: bool = False, two_level: bool = True, stages: int = 0,
                         paged_tma: bool = False, persistent_programs: int = 0,
                         p_carry_f32: bool = False, block_n: int = 0, dynamic: bool = False,
-                        fp8_v16: bool = False, q_split: bool = False):  # fmt: skip
+                        fp8_v16: bool = False, q_split: bool = False,
+                        fp8_v16_contiguous: bool = False):  # fmt: skip
     """(kernel, grid, args, constexprs, options) of one warp-specialized prefill launch; `supports` must hold.
 
     fp8 K/V: V is read from its key-major copy (`key_major_v`, made here); quantize_q rounds a 16-bit q to K's fp8
@@ -1542,6 +1543,7 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
     to fp16 by the producer (no transpose) and P@V is a 16-bit wgmma; QK stays fp8. A 16-bit q not quantized
     (`supports`' widen_k): K and V, paged or contiguous, are gathered and widened to q's type and fp16, both wgmmas
     16-bit. q_split (with quantize_q): q as two fp8 terms, QK as two fp8 wgmmas into one accumulator.
+    fp8_v16_contiguous: contiguous fp8 K/V are gathered and V widened as fp8_v16 does for pages (no key-major copy).
     """
     total_q, num_q_heads, valid_d = q.shape
     head_dim = tile_head_dim(valid_d)  # the tiles' D; a smaller head size is padded (supports' pad_head_dim)
@@ -1553,9 +1555,11 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
     widened_k = widens_k(q.dtype, k.dtype, quantize_q)
     q_split = q_split and quantize_q
     # V widened to fp16 by the gathering producer: paged with fp8_v16, and contiguous K/V that are gathered (K
-    # widened too, or a split q: the 16-bit P@V keeps what the second term of q buys)
-    widened_v = widened_k or (fp8 and (paged and fp8_v16 or q_split))
-    default_block_n, default_stages = tiles_for(head_dim, paged and not fp8, fp8 and causal and not paged, widened_k)
+    # widened too, a split q: the 16-bit P@V keeps what the second term of q buys, or fp8_v16_contiguous)
+    widened_v = widened_k or (fp8 and (q_split or (fp8_v16 if paged else fp8_v16_contiguous)))
+    default_block_n, default_stages = tiles_for(
+        head_dim, paged and not fp8, fp8 and causal and not paged and not widened_v, widened_k
+    )
     # the largest block that fits, and its ring depth
     widest_block_n, widest_stages = (default_block_n, default_stages) if widened_k else tiles_for(head_dim)
     if block_n not in (64, 128) or block_n > widest_block_n:  # what fits the shared memory and the tiles' layouts
