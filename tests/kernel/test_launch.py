@@ -21,7 +21,7 @@ class FakeCompiled:
 
 class FakeJIT:
     __name__ = "fake_kernel"
-    arg_names = ["x_ptr", "n", "BLOCK", "scale", "m", "FLAG"]
+    arg_names = ["x_ptr", "n", "BLOCK", "scale", "m", "FLAG", "num_warps"]  # a Gluon kernel's num_warps
 
     def __init__(self):
         self.triton_calls = []
@@ -56,7 +56,7 @@ def test_second_call_skips_triton_and_passes_every_parameter_in_order(fake_trito
     assert len(fake_triton.triton_calls) == 1, "same specialization: no Triton binding"
     [run] = fake_triton.compiled.runs
     assert run[:9] == (3, 2, 1, 1234, "function-handle", "metadata", None, None, None)
-    assert run[9:] == (y, 48, 64, 0.5, 9, True), "runtime values in their slots, constexprs in place"
+    assert run[9:] == (y, 48, 64, 0.5, 9, True, 4), "runtime values in their slots, constexprs and options in place"
 
 
 @pytest.mark.parametrize(
@@ -107,3 +107,30 @@ def test_off_in_the_interpreter_and_by_environment(monkeypatch):
     monkeypatch.setenv("TRITONFA_PREPARED_LAUNCH", "1")
     monkeypatch.setattr(triton.knobs.runtime, "launch_enter_hook", lambda *a: None)
     assert not launch_module._enabled(), "a profiler's hook sees every launch"
+
+
+@pytest.mark.parametrize("arch", ["hopper", "ampere", "cdna3"])
+def test_every_planned_launch_binds_like_triton(arch):
+    """For each kernel the launcher plans (cross_compile_specs' inputs, on meta tensors): the runtime arguments fill
+    exactly the parameters Triton would bind them to, in order, and every other parameter gets its constexpr or
+    option (a Gluon kernel's num_warps)."""
+    import itertools
+
+    from tritonfa.kernels import _meta_inputs, _variants, attention_hopper
+    from tritonfa.kernels.attention import plan_attention
+
+    seen = 0
+    for variant, decode, head_dim in itertools.product(_variants(arch), (False, True), (64, 128)):
+        for planned in plan_attention(**_meta_inputs(arch, head_dim=head_dim, decode=decode, **variant)):
+            template, slots = launch_module.parameter_layout(
+                planned.fn, planned.constexprs, planned.options, len(planned.args)
+            )
+            names = planned.fn.arg_names
+            assert list(slots) == list(range(len(planned.args))), "runtime parameters first, in order"
+            for i, name in enumerate(names):
+                if i not in slots:
+                    expected = planned.constexprs.get(name, planned.options.get(name))
+                    assert template[i] is expected, name
+            seen += planned.fn is attention_hopper.attention_fwd_hopper_kernel
+    if arch == "hopper" and attention_hopper.HAS_GLUON:
+        assert seen, "the Gluon prefill was planned"
