@@ -7,7 +7,8 @@ Thin by design, modelled on vLLM 0.24's `vllm/v1/attention/backends/triton_attn.
 - `forward` makes one kernel call per layer for the whole batch, prefills (with or without cached context) and
   decodes mixed, straight from the paged cache. The first call of a layer goes through tritonfa's public
   `flash_attn_varlen_func` (every argument checked); later calls with the same layer-level arguments (cache views,
-  dtypes) go straight to its `tritonfa::varlen_fwd` op, skipping checks that cannot fail again.
+  dtypes) go straight to the function its `tritonfa::varlen_fwd` op wraps, skipping checks that cannot fail again
+  and the dispatcher (vLLM keeps attention behind its own opaque op; under torch.compile tracing, the op).
 - the first call of a layer that sees its real KV cache (vLLM's dummy runs after the cache is allocated, before
   CUDA-graph capture and serving) compiles every kernel variant the layer can launch on tiny synthetic batches
   (`_warm_up`), once per layer configuration: no Triton compilation happens while serving.
@@ -41,7 +42,7 @@ from vllm.v1.attention.ops.triton_reshape_and_cache_flash import triton_reshape_
 
 from tritonfa import flash_attn_varlen_func
 from tritonfa.configs import DECODE_MAX_SEQLEN_Q
-from tritonfa.interface import MAX_HEAD_DIM, varlen_fwd
+from tritonfa.interface import MAX_HEAD_DIM, varlen_fwd, varlen_fwd_eager
 from tritonfa.kernels.attention import _multiprocessor_count
 from tritonfa_vllm import compat
 
@@ -435,8 +436,11 @@ class TritonFAImpl(AttentionImpl[TritonFAMetadata]):
             )
             self._checked_call = call
             return output
+        # the op's own function: a dispatcher call of the 23-argument op cost ~40-60 us of host time on the H200's host
+        # (op 161 us vs launcher 99, hostcost.py, 2026-12-04); traced by torch.compile, the op
+        forward = varlen_fwd if torch.compiler.is_compiling() else varlen_fwd_eager
         with _BELOW_AUTOGRAD():
-            varlen_fwd(
+            forward(
                 *self._op_args(
                     layer, q, key_cache, value_cache, out, md.query_start_loc, md.seq_lens, md.block_table,
                     md.max_query_len, md.max_seq_len, output_scale,
