@@ -561,22 +561,39 @@ def test_warp_specialized_paged_fp8_prefill_with_v_widened(monkeypatch, kv_layou
     _check_paged_fp8(monkeypatch, kv_layout, 16, head_size, ws_fp8_paged_v16=True, ws_persistent=False)
 
 
-@pytest.mark.skipif(not (ON_HOPPER and attention_hopper.HAS_GLUON), reason="Gluon kernels run on a Hopper GPU only")
-@pytest.mark.parametrize("persistent", [True, False])
-@pytest.mark.parametrize("q_dtype", [torch.bfloat16, torch.float16])
-@pytest.mark.parametrize("kv_layout", ["contiguous", "paged", "paged_kv_interleaved", "paged_heads_major"])
-@pytest.mark.parametrize("head_size", [64, 128])
+def _fp8_kv_cases(test):
+    """A 16-bit q with fp8 K/V on the Hopper GPU: head size, K/V layout, q's type, grid."""
+    marks = (
+        pytest.mark.skipif(
+            not (ON_HOPPER and attention_hopper.HAS_GLUON), reason="Gluon kernels run on a Hopper GPU only"
+        ),
+        pytest.mark.parametrize("persistent", [True, False]),
+        pytest.mark.parametrize("q_dtype", [torch.bfloat16, torch.float16]),
+        pytest.mark.parametrize("kv_layout", ["contiguous", "paged", "paged_kv_interleaved", "paged_heads_major"]),
+        pytest.mark.parametrize("head_size", [64, 128]),
+    )
+    for mark in reversed(marks):
+        test = mark(test)
+    return test
+
+
+def _fp8_kv_batch(head_size: int, q_dtype: torch.dtype, kv_layout: str):
+    """A 16-bit q with fp8 K/V: contiguous as _fp8_batch (NaN keys after every sequence and the last), or paged in
+    blocks of 16 with odd lengths, an empty sequence and a cached prefix."""
+    if kv_layout == "contiguous":
+        return _fp8_batch(head_size, q_dtype, use_seqused_k=True)
+    seqlens_q = [300, 129, scaled(17, 700), 0, 64]
+    seqlens_k = [300, 1000, scaled(50, 900), 7, 64]
+    return make_inputs(seqlens_q, seqlens_k, num_heads=(32, 8), head_size=head_size, dtype=q_dtype,
+                       kv_dtype=torch.float8_e4m3fn, kv_layout=kv_layout, block_size=16)  # fmt: skip
+
+
+@_fp8_kv_cases
 def test_warp_specialized_fp8_kv_prefill_with_k_widened(monkeypatch, head_size, kv_layout, q_dtype, persistent):
     """A 16-bit q with fp8 K/V, q not rounded (config `ws_fp8_k16`): the producer gathers K and V and widens them to
     q's type and fp16, both dots 16-bit; odd lengths, an empty sequence, NaN past the sequences, descales."""
     monkeypatch.setenv("TRITONFA_CONFIG", _ws_fp8_config(ws_fp8_paged=True, ws_fp8_k16=True, ws_persistent=persistent))
-    if kv_layout == "contiguous":
-        inputs = _fp8_batch(head_size, q_dtype, use_seqused_k=True)  # NaN keys after every sequence and the last
-    else:
-        seqlens_q = [300, 129, scaled(17, 700), 0, 64]
-        seqlens_k = [300, 1000, scaled(50, 900), 7, 64]
-        inputs = make_inputs(seqlens_q, seqlens_k, num_heads=(32, 8), head_size=head_size, dtype=q_dtype,
-                             kv_dtype=torch.float8_e4m3fn, kv_layout=kv_layout, block_size=16)  # fmt: skip
+    inputs = _fp8_kv_batch(head_size, q_dtype, kv_layout)
     constexprs = _constexprs(inputs)
     assert _plan(inputs)[0] == WS and not constexprs["QUANTIZE_Q"] and constexprs["PERSISTENT"] == persistent
     descale = fp8_descale("per_head", inputs.batch, inputs.num_kv_heads)
@@ -584,23 +601,13 @@ def test_warp_specialized_fp8_kv_prefill_with_k_widened(monkeypatch, head_size, 
     check_low_precision(inputs, causal=False)
 
 
-@pytest.mark.skipif(not (ON_HOPPER and attention_hopper.HAS_GLUON), reason="Gluon kernels run on a Hopper GPU only")
-@pytest.mark.parametrize("persistent", [True, False])
-@pytest.mark.parametrize("q_dtype", [torch.bfloat16, torch.float16])
-@pytest.mark.parametrize("kv_layout", ["contiguous", "paged", "paged_kv_interleaved", "paged_heads_major"])
-@pytest.mark.parametrize("head_size", [64, 128])
+@_fp8_kv_cases
 def test_warp_specialized_fp8_kv_prefill_with_q_split(monkeypatch, head_size, kv_layout, q_dtype, persistent):
     """A 16-bit q with fp8 K/V as two fp8 terms (config `ws_fp8_q_split`): QK two fp8 wgmmas, V gathered and
     widened; odd lengths, an empty sequence, NaN past the sequences, descales. The scores (lse: P and V do not touch
     it) must be far nearer the reference than with one term (`fp8_q_for_fp8_kv`): with the second term lost the two
     would be equal."""
-    if kv_layout == "contiguous":
-        inputs = _fp8_batch(head_size, q_dtype, use_seqused_k=True)  # NaN keys after every sequence and the last
-    else:
-        seqlens_q = [300, 129, scaled(17, 700), 0, 64]
-        seqlens_k = [300, 1000, scaled(50, 900), 7, 64]
-        inputs = make_inputs(seqlens_q, seqlens_k, num_heads=(32, 8), head_size=head_size, dtype=q_dtype,
-                             kv_dtype=torch.float8_e4m3fn, kv_layout=kv_layout, block_size=16)  # fmt: skip
+    inputs = _fp8_kv_batch(head_size, q_dtype, kv_layout)
     descale = fp8_descale("per_head", inputs.batch, inputs.num_kv_heads)
     kwargs = dict(causal=True, k_descale=descale, v_descale=descale)
     fp8_qk = 2 * fp8_qk_accumulation_bound(inputs, kwargs, q_terms=2)
