@@ -4,6 +4,7 @@ again. Fakes stand in for Triton (no GPU here); the GPU suite runs every kernel 
 
 import pytest
 import torch
+from attn_testing import ON_GPU, TOLERANCES, check_against_reference, make_inputs
 
 from tritonfa.kernels import launch as launch_module
 
@@ -134,3 +135,21 @@ def test_every_planned_launch_binds_like_triton(arch):
             seen += planned.fn is attention_hopper.attention_fwd_hopper_kernel
     if arch == "hopper" and attention_hopper.HAS_GLUON:
         assert seen, "the Gluon prefill was planned"
+
+
+@pytest.mark.parametrize("repeats", [3 if ON_GPU else 1])
+def test_alternating_specializations_stay_correct(repeats):
+    """Calls that alternate between specializations of one kernel (a 16-byte-aligned q and one 2 bytes past, a
+    batch whose q stride is 16-divisible and one whose is not): each must run its own compiled kernel, however many
+    times the other ran before it."""
+    base = make_inputs([1] * 5, [300, 17, 1, 64, 129], num_heads=(8, 2), head_size=128, kv_layout="paged")
+    shifted = make_inputs([1] * 5, [300, 17, 1, 64, 129], num_heads=(8, 2), head_size=128, kv_layout="paged")
+    storage = torch.randn(base.q.numel() + 1, dtype=base.q.dtype, device=base.q.device)
+    shifted.q = storage[1:].view(base.q.shape)  # 2 bytes past a 16-byte boundary
+    wide = make_inputs([1] * 5, [300, 17, 1, 64, 129], num_heads=(8, 2), head_size=128, kv_layout="paged")
+    padded = torch.randn(wide.q.shape[0], 9, 128, dtype=wide.q.dtype, device=wide.q.device)
+    wide.q = padded[:, :8]  # token stride 9 * 128: not what the others compiled for
+    atol, rtol = TOLERANCES[torch.bfloat16]
+    for _ in range(repeats):  # in the interpreter (no prepared launch) once: the inputs are valid calls
+        for inputs in (base, shifted, wide):
+            check_against_reference(inputs, atol, rtol, causal=True)
