@@ -696,8 +696,10 @@ _TORCH_TO_TL = {
 }
 
 
-def _dot_dtypes(arch: str, q: torch.dtype, k: torch.dtype, v: torch.dtype) -> tuple[torch.dtype, torch.dtype]:
-    """dtypes the QK and PV dots run in."""
+def _dot_dtypes(
+    arch: str, q: torch.dtype, k: torch.dtype, v: torch.dtype, block_m: int
+) -> tuple[torch.dtype, torch.dtype]:
+    """dtypes the QK and PV dots of a tile of block_m rows run in."""
 
     def common(a: torch.dtype, b: torch.dtype) -> torch.dtype:
         if a == b and (not is_fp8(a) or native_fp8_dot(arch, a)):
@@ -712,7 +714,10 @@ def _dot_dtypes(arch: str, q: torch.dtype, k: torch.dtype, v: torch.dtype) -> tu
         return torch.float16  # two fp8 types (or one without native dots): fp16 holds both exactly
 
     qk = common(q, k)
-    pv = common(v, v) if is_fp8(v) else v  # P is rounded to V's fp8 type first, then the dot runs natively or fp16
+    # An fp8 P@V rounds P to V's type first. Not where the dot would be fp16 anyway: Triton's dots of fewer than 64
+    # rows are mma.sync on sm_90, fp16 with fp8 operands unpacked (SASS); V widens to fp16 exactly there.
+    fp16_mma_only = arch == "hopper" and block_m < 64
+    pv = (torch.float16 if fp16_mma_only else common(v, v)) if is_fp8(v) else v
     return qk, pv
 
 
@@ -924,11 +929,7 @@ def _plan_launch(
     quantize_q = quantizes_q(arch, config, q.dtype, k.dtype)
     scale_q = quantize_q or (q.dtype == torch.bfloat16 and is_fp8(k.dtype))
     q_compute = k.dtype if quantize_q else (torch.float16 if scale_q else q.dtype)
-    qk_dtype, pv_dtype = _dot_dtypes(arch, q_compute, k.dtype, v.dtype)
-    if arch == "hopper" and config.block_m < 64 and is_fp8(pv_dtype):
-        # Triton's dots of fewer than 64 rows are mma.sync on sm_90, in fp16 (fp8 operands unpacked, SASS):
-        # rounding P to fp8 there would cost precision and instructions for nothing. V widens to fp16 exactly.
-        pv_dtype = torch.float16
+    qk_dtype, pv_dtype = _dot_dtypes(arch, q_compute, k.dtype, v.dtype, config.block_m)
     out_max = fp8_max(out.dtype) if is_fp8(out.dtype) else 0.0
     unbounded = 1 << 30  # farther than any position, so -1 windows need no special case in the kernel
 
