@@ -127,6 +127,15 @@ def pytest_runtest_makereport(item, call):
     return report
 
 
+def pytest_runtest_logreport(report):
+    """TRITONFA_FAILURES_LOG=FILE: each failure's id and traceback appended as it happens (under xdist, by the
+    controller), so a GPU run cut off before pytest's summary still says why its tests failed."""
+    path = os.environ.get("TRITONFA_FAILURES_LOG")
+    if path and report.failed:
+        with open(path, "a") as log:
+            log.write(f"== {report.nodeid} ({report.when}; seed {run_seed()})\n{report.longreprtext}\n\n")
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # NaN-poisoned allocations (fla style)
 

@@ -66,7 +66,8 @@ export PYTHONPATH="$PWD/kernel/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=
           --peers "${VARIANT_PEERS:-fa3,sdpa-cudnn,flex}" --out "$out" 2>&1 | tee -a "$out/variants.log" ;;
       ws-tests*)
         # a hung kernel fails its own test (the thread method ends the worker, which xdist reports and replaces)
-        each="--timeout ${WS_TEST_TIMEOUT_EACH:-180} --timeout-method thread" ;;&
+        each="--timeout ${WS_TEST_TIMEOUT_EACH:-180} --timeout-method thread"
+        export TRITONFA_FAILURES_LOG="$out/failures_$n.log" ;;&  # each failure's traceback at once
       ws-tests)
         timeout -s KILL "${WS_TESTS_TIMEOUT:-600}" python3 -m pytest tests/kernel/test_hopper_warp_specialized.py \
           --device cuda -n 8 -v --tb=short -p no:cacheprovider -rfEs $each 2>&1 | tee "$out/ws_tests.log" | tail -n 30 ;;

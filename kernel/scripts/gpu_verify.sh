@@ -16,10 +16,12 @@ for part in ${VERIFY_PARTS:-suite memcheck bench}; do
   case "$part" in
   suite)
     echo "== kernel tests on the GPU"
-    # -v names each failure as it happens, so a run cut off by a time limit still says what failed; a hung kernel is
-    # killed after SUITE_TIMEOUT seconds (default 1200) instead of holding the machine
-    timeout -s KILL "${SUITE_TIMEOUT:-1200}" python3 -m pytest tests/kernel --device cuda -n 16 -v --tb=short \
-      -p no:cacheprovider -rfE 2>&1 | tee "$out/gpu_tests.log" | grep -E "FAILED|ERROR|passed|failed" | tail -n 40
+    # -v names each failure as it happens and failures.log keeps its traceback at once, so a run cut off by a time
+    # limit still says what failed and why; a test past SUITE_TEST_TIMEOUT seconds (default 240: a hung kernel)
+    # fails alone, and the whole suite is killed after SUITE_TIMEOUT seconds (default 1200)
+    TRITONFA_FAILURES_LOG="$out/failures.log" timeout -s KILL "${SUITE_TIMEOUT:-1200}" python3 -m pytest tests/kernel \
+      --device cuda -n 16 -v --tb=short -p no:cacheprovider -rfE --timeout "${SUITE_TEST_TIMEOUT:-240}" \
+      --timeout-method thread 2>&1 | tee "$out/gpu_tests.log" | grep -E "FAILED|ERROR|passed|failed" | tail -n 40
     ;;
   memcheck)
     echo "== compute-sanitizer memcheck (paged, split-KV decode, fp8, masks, varlen, bad index contents, Hopper Gluon prefill)"
