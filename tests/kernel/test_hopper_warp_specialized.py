@@ -87,7 +87,7 @@ def test_which_calls_take_the_warp_specialized_path(monkeypatch):
     assert _plan(odd_page) == [PORTABLE], "a page that is not a power of two"
     assert _plan(make_inputs([40], [40], num_heads=(8, 2), head_size=64, use_seqused_k=True)) == [WS]
     fp8_kv = make_inputs([40], [40], num_heads=(8, 2), head_size=64, kv_dtype=torch.float8_e4m3fn)
-    assert _plan(fp8_kv)[0] == PORTABLE, "a 16-bit q meets fp8 K/V in Gluon only when it may be quantized"
+    assert _plan(fp8_kv)[0] == WS, "a 16-bit q meets fp8 K/V in Gluon: widened (ws_fp8_k16, on by default)"
     mixed = make_inputs([40, 1, 1], [40, 30, 9], num_heads=(8, 2), head_size=64, kv_layout="paged")
     assert _plan(mixed) == [WS, PORTABLE], "a mixed batch: prefill sequences here, decodes on decode tiles"
     packed = make_inputs([40], [40], num_heads=(8, 2), head_size=64, packed_qkv=True)
@@ -172,7 +172,9 @@ def test_a_16_bit_paged_cache_at_d128_runs_64_key_blocks_in_4_slots(monkeypatch)
     assert tiles(head_size=64, kv_layout="paged") == (128, 2)
     assert tiles(head_size=256, kv_layout="paged") == (64, 2)
     assert tiles(head_size=128, kv_layout="paged", dtype=torch.float8_e4m3fn) == (128, 2), "fp8 pages"
-    assert tiles(head_size=128, dtype=torch.float8_e4m3fn) == (64, 3), "causal contiguous fp8"
+    assert tiles(head_size=128, dtype=torch.float8_e4m3fn) == (128, 2), "causal contiguous fp8: V widened (default)"
+    monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"ws_fp8_v16_contiguous": False}}))
+    assert tiles(head_size=128, dtype=torch.float8_e4m3fn) == (64, 3), "causal contiguous fp8 with a key-major V"
     monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"ws_stages": 3}}))
     assert tiles(head_size=128, kv_layout="paged") == (64, 3), "ws_stages overrides"
 
@@ -205,7 +207,8 @@ def test_warp_specialized_persistent_matches_reference(monkeypatch, head_size, c
 @pytest.mark.skipif(not attention_hopper.HAS_GLUON, reason="this triton has no Gluon")
 def test_fp8_goes_persistent_where_its_consumers_fit(monkeypatch):
     fp8 = torch.float8_e4m3fn
-    monkeypatch.setenv("TRITONFA_CONFIG", _ws_fp8_config(ws_persistent=True, ws_fp8_paged_v16=False))
+    monkeypatch.setenv("TRITONFA_CONFIG", _ws_fp8_config(ws_persistent=True, ws_fp8_paged_v16=False,
+                                                         ws_fp8_v16_contiguous=False))  # fmt: skip
     assert _constexprs(_fp8_batch(64, fp8))["PERSISTENT"]
     causal = _constexprs(_fp8_batch(128, fp8))
     assert causal["PERSISTENT"] and (causal["BLOCK_N"], causal["STAGES"]) == (64, 3), "causal D 128: 64-key blocks"
@@ -213,7 +216,8 @@ def test_fp8_goes_persistent_where_its_consumers_fit(monkeypatch):
     assert not non_causal["PERSISTENT"] and non_causal["BLOCK_N"] == 128, "128-key blocks: the fp8 P@V spills"
     paged = make_inputs([300], [300], num_heads=(8, 2), head_size=128, dtype=fp8, kv_layout="paged")
     assert not _constexprs(paged)["PERSISTENT"], "paged fp8 with V transposed: 128-key blocks"
-    monkeypatch.setenv("TRITONFA_CONFIG", _ws_fp8_config(ws_persistent=True, ws_block_n=128))
+    monkeypatch.setenv("TRITONFA_CONFIG", _ws_fp8_config(ws_persistent=True, ws_block_n=128,
+                                                         ws_fp8_v16_contiguous=False))  # fmt: skip
     assert not _constexprs(_fp8_batch(128, fp8))["PERSISTENT"], "128-key blocks asked for"
     monkeypatch.setenv("TRITONFA_CONFIG", _ws_fp8_config(ws_persistent=True, ws_block_n=64))
     assert _constexprs(_fp8_batch(128, fp8), window_right=-1)["PERSISTENT"], "64-key blocks fit"
@@ -252,16 +256,22 @@ def test_warp_specialized_contiguous_fp8_with_v_widened(monkeypatch, head_size, 
 
 
 @pytest.mark.skipif(not attention_hopper.HAS_GLUON, reason="this triton has no Gluon")
-def test_contiguous_fp8_widens_v_only_when_asked(monkeypatch):
+def test_contiguous_fp8_widens_v_where_configured(monkeypatch):
     fp8 = torch.float8_e4m3fn
     inputs = make_inputs([300], [300], num_heads=(8, 2), head_size=128, dtype=fp8, kv_dtype=fp8)
-    monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {}}))
+    monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"ws_fp8_v16_contiguous": False}}))
     constexprs = _constexprs(inputs)
-    assert constexprs["P_SCALE_LOG2"] > 0 and constexprs["BLOCK_N"] == 64, "default: key-major V, an fp8 P@V"
-    monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"ws_fp8_v16_contiguous": True}}))
-    constexprs = _constexprs(inputs)
-    assert constexprs["P_SCALE_LOG2"] == 0 and (constexprs["BLOCK_N"], constexprs["STAGES"]) == (128, 2)
-    assert constexprs["PERSISTENT"], "the widened V's consumers fit the persistent grid with 128-key blocks"
+    assert constexprs["P_SCALE_LOG2"] > 0 and constexprs["BLOCK_N"] == 64, "off: key-major V, an fp8 P@V"
+    for setting in ("causal", True):  # "causal": the Hopper default
+        monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"ws_fp8_v16_contiguous": setting}}))
+        constexprs = _constexprs(inputs)
+        assert constexprs["P_SCALE_LOG2"] == 0 and (constexprs["BLOCK_N"], constexprs["STAGES"]) == (128, 2)
+        assert constexprs["PERSISTENT"], "the widened V's consumers fit the persistent grid with 128-key blocks"
+    non_causal = _constexprs(inputs, window_right=-1)
+    assert non_causal["P_SCALE_LOG2"] == 0 and non_causal["PERSISTENT"], "True: non-causal calls too"
+    monkeypatch.delenv("TRITONFA_CONFIG")
+    non_causal = _constexprs(inputs, window_right=-1)
+    assert non_causal["P_SCALE_LOG2"] > 0 and not non_causal["PERSISTENT"], "default: causal calls only"
 
 
 @pytest.mark.skipif(not (ON_HOPPER and attention_hopper.HAS_GLUON), reason="Gluon kernels run on a Hopper GPU only")
@@ -447,7 +457,9 @@ def test_which_fp8_calls_take_the_warp_specialized_path(monkeypatch):
         assert _plan(qkv, q_descale=scale, k_descale=scale, v_descale=scale) == [WS], "descales are fine"
     assert _plan(make_inputs([40], [40], num_heads=(8, 2), head_size=256, dtype=fp8)) == [PORTABLE], "O + P@V > regs"
     fp8_kv = make_inputs([40], [40], num_heads=(8, 2), head_size=64, kv_dtype=fp8)
-    assert _plan(fp8_kv) == [PORTABLE], "a 16-bit q meets fp8 K/V here only when it may be quantized"
+    assert _plan(fp8_kv) == [WS], "a 16-bit q meets fp8 K/V here: widened (ws_fp8_k16, on by default)"
+    monkeypatch.setenv("TRITONFA_CONFIG", _ws_fp8_config(ws_fp8_k16=False))
+    assert _plan(fp8_kv) == [PORTABLE], "ws_fp8_k16 off: only when q may be quantized"
     paged = make_inputs([40], [40], num_heads=(8, 2), head_size=64, dtype=fp8, kv_layout="paged")
     monkeypatch.setenv("TRITONFA_CONFIG", _ws_fp8_config(ws_fp8_paged=False))
     assert _plan(paged) == [PORTABLE], "ws_fp8_paged off: paged fp8 on the portable kernel"
@@ -595,12 +607,19 @@ def test_warp_specialized_fp8_kv_prefill_with_k_widened(monkeypatch, head_size, 
     monkeypatch.setenv("TRITONFA_CONFIG", _ws_fp8_config(ws_fp8_paged=True, ws_fp8_k16=True, ws_persistent=persistent))
     inputs = _fp8_kv_batch(head_size, q_dtype, kv_layout)
     constexprs = _constexprs(inputs)
-    assert _plan(inputs)[0] == WS and not constexprs["QUANTIZE_Q"] and constexprs["PERSISTENT"] == persistent
+    assert _plan(inputs)[0] == WS and not constexprs["QUANTIZE_Q"]
+    # pages run on one program per tile (the persistent grid was slower there: _persistent_fits)
+    assert constexprs["PERSISTENT"] == (persistent and kv_layout == "contiguous")
     descale = fp8_descale("per_head", inputs.batch, inputs.num_kv_heads)
     check_low_precision(inputs, causal=True, k_descale=descale, v_descale=descale)
     check_low_precision(inputs, causal=False)
 
 
+@pytest.mark.xfail(
+    run=False,
+    reason="H200, session 11: hangs on the persistent grid, and one program per tile hit an illegal address on "
+    "fp8 KV b8x2048 (variants.py); opt-in (`ws_fp8_q_split`) until fixed. Run with ws-tests:q_split (--runxfail)",
+)
 @_fp8_kv_cases
 def test_warp_specialized_fp8_kv_prefill_with_q_split(monkeypatch, head_size, kv_layout, q_dtype, persistent):
     """A 16-bit q with fp8 K/V as two fp8 terms (config `ws_fp8_q_split`): QK two fp8 wgmmas, V gathered and
@@ -653,7 +672,9 @@ def test_widened_k_is_planned_for_a_16_bit_q_with_fp8_kv(monkeypatch):
     fp8 = torch.float8_e4m3fn
     paged = make_inputs([300], [300], num_heads=(8, 2), head_size=128, kv_dtype=fp8, kv_layout="paged")
     contiguous = make_inputs([300], [300], num_heads=(8, 2), head_size=128, kv_dtype=fp8)
-    assert _plan(paged)[0] == _plan(contiguous)[0] == PORTABLE, "opt-in: the portable kernel's exact fp16 QK"
+    assert _plan(paged)[0] == _plan(contiguous)[0] == WS, "on by default (Hopper)"
+    monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"ws_fp8_k16": False}}))
+    assert _plan(paged)[0] == _plan(contiguous)[0] == PORTABLE, "off: the portable kernel's exact fp16 QK"
     monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"ws_fp8_k16": True}}))
     for inputs in (paged, contiguous):
         constexprs = _constexprs(inputs)
@@ -681,7 +702,7 @@ def test_widened_v_is_planned_for_paged_fp8_only(monkeypatch):
     constexprs = _constexprs(paged)
     assert constexprs["FP8"] and constexprs["P_SCALE_LOG2"] == 0, "a 16-bit P needs no scaling into fp8's range"
     contiguous = make_inputs([300], [300], num_heads=(8, 2), head_size=128, dtype=fp8)
-    assert _constexprs(contiguous)["P_SCALE_LOG2"] != 0, "contiguous fp8 keeps its key-major V and fp8 P@V"
+    assert _constexprs(contiguous, window_right=-1)["P_SCALE_LOG2"] != 0, "contiguous non-causal: key-major V, fp8 P@V"
     monkeypatch.delenv("TRITONFA_CONFIG")
     assert _constexprs(paged)["P_SCALE_LOG2"] == 0, "on by default"
     monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"ws_fp8_paged_v16": False}}))

@@ -852,6 +852,7 @@ def _plan_hopper_prefill(
     q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, softmax_scale, causal,
     config: AttentionConfig, q_descale, k_descale, v_descale, quantize_q, q_split, seq_filter,
 ):  # fmt: skip
+    v16_contiguous = config.ws_fp8_v16_contiguous is True or (config.ws_fp8_v16_contiguous == "causal" and causal)
     fn, grid, args, constexprs, options = attention_hopper.plan_hopper_prefill(
         q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, softmax_scale, causal, seq_filter,
         DECODE_MAX_SEQLEN_Q, config.ws_pingpong, q_descale, k_descale, v_descale, quantize_q, config.ws_fp8_two_level,
@@ -860,20 +861,21 @@ def _plan_hopper_prefill(
         _multiprocessor_count(q.device) * (2 if q.shape[-1] <= 64 else 1)
         if config.ws_persistent
         and _persistent_fits(q.shape[-1], is_fp8(k.dtype), block_table is not None, causal, config,
-                             widened_k=attention_hopper.widens_k(q.dtype, k.dtype, quantize_q), q_split=q_split)
+                             widened_k=attention_hopper.widens_k(q.dtype, k.dtype, quantize_q), q_split=q_split,
+                             v16_contiguous=v16_contiguous)
         else 0,
         config.ws_p_fp32,
         config.ws_block_n,
         config.ws_dynamic,
         config.ws_fp8_paged_v16,
         q_split,
-        config.ws_fp8_v16_contiguous,
+        v16_contiguous,
     )  # fmt: skip
     return KernelLaunch(fn, grid, args, constexprs, options)
 
 
 def _persistent_fits(head_dim: int, fp8: bool, paged: bool, causal: bool, config: AttentionConfig,
-                     widened_k: bool = False, q_split: bool = False) -> bool:  # fmt: skip
+                     widened_k: bool = False, q_split: bool = False, v16_contiguous: bool = False) -> bool:  # fmt: skip
     """Whether the persistent grid's consumers keep their loops out of local memory (sm_90 SASS): not at D 256; fp8
     K/V at D 128 only with 64-key blocks or with gathered V widened to fp16 (the two-level fp8 P@V with 128-key
     blocks spills ~220 instructions there, 0 with either; widened_k: K and V widened for a 16-bit q)."""
@@ -883,7 +885,7 @@ def _persistent_fits(head_dim: int, fp8: bool, paged: bool, causal: bool, config
         return not paged
     if not fp8 or head_dim <= 64:
         return True
-    if q_split or (config.ws_fp8_paged_v16 if paged else config.ws_fp8_v16_contiguous):  # V widened: 0 spills
+    if q_split or (config.ws_fp8_paged_v16 if paged else v16_contiguous):  # V widened: 0 spills
         return True
     block_n = config.ws_block_n or attention_hopper.tiles_for(128, contiguous_fp8_causal=causal and not paged)[0]
     return block_n == 64
