@@ -1079,7 +1079,7 @@ if HAS_GLUON:
                              num_warps: gl.constexpr, CARRY_F32: gl.constexpr, VALID_D: gl.constexpr, seq_known=0,
                              SEQ_KNOWN: gl.constexpr = False):  # fmt: skip
         # One work item of a persistent consumer warpgroup (see _consumer_persistent); returns the updated counts
-        BLOCK_M: gl.constexpr = q_bufs.type.shape[1]
+        BLOCK_M: gl.constexpr = 2 * ROWS  # the tile's rows: two warpgroups' (a split q's Q buffer holds twice that)
         HEAD_DIM: gl.constexpr = q_bufs.type.shape[2]
         BLOCK_N: gl.constexpr = k_bufs.type.shape[1]
         Q_BUFS: gl.constexpr = q_bufs.type.shape[0]
