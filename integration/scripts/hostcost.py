@@ -256,7 +256,11 @@ def measure(cases, args, device: str) -> list[dict]:
             if f"{name} (n/a)" in rows:
                 results.append({"case": case, "row": name, "error": rows[f"{name} (n/a)"]})
             elif name in rows and not (args.stub_launcher and name.startswith(("tritonfa launcher", "torch.add"))):
-                timing = time_row(rows[name], args.calls, args.warmup, device, args.repeats)
+                try:
+                    timing = time_row(rows[name], args.calls, args.warmup, device, args.repeats)
+                except Exception as exc:  # e.g. a peer backend that cannot run on this machine (FA3 on a CPU)
+                    results.append({"case": case, "row": name, "error": f"{type(exc).__name__}: {exc}"})
+                    continue
                 results.append({"case": case, "row": name, **timing})
     return results
 
