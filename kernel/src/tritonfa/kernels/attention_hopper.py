@@ -474,29 +474,22 @@ if HAS_GLUON:
     @gluon.jit
     def _quantize_q_tile(q_smem, q_scales, q_ready, q_ptr, q_row, q_row_end, q_col, stride_q_tok,
                          Q_MAX: gl.constexpr):  # fmt: skip
-        # _quantize_q_rows for a whole tile, by the gathering producer's warps: q's rows [q_row, q_row_end) (zeros
+        # _round_q_rows for a whole tile, by the gathering producer's warps: q's rows [q_row, q_row_end) (zeros
         # past the end) into q_smem as fp8 (a split q: the rests in the rows below, as the consumers read them) and
         # their power-of-two scales into q_scales [BLOCK_M], then q_ready. Off the consumers' path: each tile
         # otherwise began with their global load of q (~0.12 ms of b8x2048 fp8 KV, H200, session 10/11: q8 0.72 ms
         # vs fp8 q's 0.60).
         BLOCK_M: gl.constexpr = q_scales.type.shape[0]
-        HEAD_DIM: gl.constexpr = q_smem.type.shape[1]
         Q_SPLIT: gl.constexpr = q_smem.type.shape[0] == 2 * BLOCK_M
         CHUNK: gl.constexpr = 16  # rows per pass: 16 values per thread (4 warps, D 128)
-        layout: gl.constexpr = gl.BlockedLayout([1, 8], [32 // (HEAD_DIM // 8), HEAD_DIM // 8], [gl.num_warps(), 1],
-                                                [1, 0])  # fmt: skip
-        o_d = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, layout))
         for c in gl.static_range(BLOCK_M // CHUNK):
-            o_row = q_row + c * CHUNK + gl.arange(0, CHUNK, layout=gl.SliceLayout(1, layout))
-            p_q = q_ptr + gl.expand_dims(o_row.to(gl.int64) * stride_q_tok, 1) + q_col + gl.expand_dims(o_d, 0)
-            b_q = gl.load(p_q, mask=gl.expand_dims(o_row < q_row_end, 1), other=0.0).to(gl.float32)
-            q_amax = gl.max(gl.abs(b_q), 1)  # [CHUNK]
-            row_scale = gl.where(q_amax > 0.0, gl.exp2(gl.ceil(gl.log2(gl.maximum(q_amax, 1e-30) / Q_MAX))), 1.0)
-            b_q = b_q * gl.expand_dims(1.0 / row_scale, 1)
-            b_q_high = b_q.to(q_smem.dtype)
-            q_smem.slice(c * CHUNK, CHUNK).store(b_q_high)
+            q_high = q_smem.slice(c * CHUNK, CHUNK)
             if Q_SPLIT:
-                q_smem.slice(BLOCK_M + c * CHUNK, CHUNK).store((b_q - b_q_high.to(gl.float32)).to(q_smem.dtype))
+                q_low = q_smem.slice(BLOCK_M + c * CHUNK, CHUNK)
+            else:
+                q_low = q_high
+            row_scale = _round_q_rows(q_high, q_low, q_ptr, q_row + c * CHUNK, q_row_end, q_col, stride_q_tok, Q_MAX,
+                                      Q_SPLIT, gl.num_warps())  # fmt: skip
             q_scales.slice(c * CHUNK, CHUNK).store(row_scale)
         fence_async_shared()  # the generic-proxy stores before the consumers' wgmma reads
         _thread_barrier()  # every producer warp's rows before the arrival
@@ -509,7 +502,7 @@ if HAS_GLUON:
                               stride_v_slot, stride_v_head, num_blocks, it0, PAGE_SIZE: gl.constexpr,
                               QUANTIZE_Q: gl.constexpr, PAGED: gl.constexpr = True, seq_k_start=0, q_ptr=0,
                               stride_q_tok=0, q_row_end=0, q_scales=0, Q_MAX: gl.constexpr = 0.0):  # fmt: skip
-        # fp8 K/V, paged (or contiguous with K widened: rows from seq_k_start on): gathered as _produce_paged does,
+        # fp8 K/V, paged (or contiguous with V widened: rows from seq_k_start on): gathered as _produce_paged does,
         # V into two staging tiles [BLOCK_N, D] that the producer warps transpose into the key-major slot
         # [D, BLOCK_N] (keys in FP8_KEY_ORDER per group of 16, as _to_p orders P: the fp8 P@V's K-major operand),
         # or, with 16-bit V slots, widen to fp16 row by row (a 16-bit P@V). With 16-bit K slots (a 16-bit q) K is
@@ -760,28 +753,36 @@ if HAS_GLUON:
         _thread_barrier()
 
     @gluon.jit
-    def _quantize_q_rows(q_smem, q_low_smem, q_ptr, seq_q_start, seq_q_len, q_tile_start, q_head, stride_q_tok,
-                         stride_q_head, Q_MAX: gl.constexpr, Q_SPLIT: gl.constexpr,
-                         num_warps: gl.constexpr):  # fmt: skip
-        # This warpgroup's rows of a 16-bit q, each divided by a power of two that brings its largest |q| within
-        # Q_MAX, stored as fp8 into q_smem for the QK wgmma. Returns the row scales [ROWS] (exact: powers of two).
-        # Q_SPLIT: what that rounding left out (exact in fp32, at most half an fp8 step) goes to q_low_smem as a
-        # second fp8 term, 4 more bits of q: ~8 in all (bf16 has 8), where one term keeps 4.
-        ROWS: gl.constexpr = q_smem.type.shape[0]
-        HEAD_DIM: gl.constexpr = q_smem.type.shape[1]
+    def _round_q_rows(q_high, q_low, q_ptr, row0, row_end, col0, stride_q_tok, Q_MAX: gl.constexpr,
+                      Q_SPLIT: gl.constexpr, num_warps: gl.constexpr):  # fmt: skip
+        # q's tokens [row0, row0 + ROWS) (zeros from row_end on), columns col0 on, each row divided by a power of two
+        # that brings its largest |q| within Q_MAX and stored as fp8 into q_high [ROWS, D]. Returns the row scales
+        # [ROWS] (exact: powers of two). Q_SPLIT: what that rounding left out (exact in fp32, at most half an fp8
+        # step) goes to q_low as a second fp8 term, 4 more bits of q: ~8 in all (bf16 has 8), where one term keeps 4.
+        ROWS: gl.constexpr = q_high.type.shape[0]
+        HEAD_DIM: gl.constexpr = q_high.type.shape[1]
         layout: gl.constexpr = gl.BlockedLayout([1, 8], [32 // (HEAD_DIM // 8), HEAD_DIM // 8], [num_warps, 1], [1, 0])
-        o_row = q_tile_start + gl.arange(0, ROWS, layout=gl.SliceLayout(1, layout))
+        o_row = row0 + gl.arange(0, ROWS, layout=gl.SliceLayout(1, layout))
         o_d = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, layout))
-        i_tok = (seq_q_start + o_row).to(gl.int64)
-        p_q = q_ptr + gl.expand_dims(i_tok * stride_q_tok, 1) + q_head * stride_q_head + gl.expand_dims(o_d, 0)
-        b_q = gl.load(p_q, mask=gl.expand_dims(o_row < seq_q_len, 1), other=0.0).to(gl.float32)
+        p_q = q_ptr + gl.expand_dims(o_row.to(gl.int64) * stride_q_tok, 1) + col0 + gl.expand_dims(o_d, 0)
+        b_q = gl.load(p_q, mask=gl.expand_dims(o_row < row_end, 1), other=0.0).to(gl.float32)
         q_amax = gl.max(gl.abs(b_q), 1)  # [ROWS]
         row_scale = gl.where(q_amax > 0.0, gl.exp2(gl.ceil(gl.log2(gl.maximum(q_amax, 1e-30) / Q_MAX))), 1.0)
         b_q = b_q * gl.expand_dims(1.0 / row_scale, 1)
-        b_q_high = b_q.to(q_smem.dtype)
-        q_smem.store(b_q_high)
+        b_q_high = b_q.to(q_high.dtype)
+        q_high.store(b_q_high)
         if Q_SPLIT:
-            q_low_smem.store((b_q - b_q_high.to(gl.float32)).to(q_smem.dtype))
+            q_low.store((b_q - b_q_high.to(gl.float32)).to(q_high.dtype))
+        return row_scale
+
+    @gluon.jit
+    def _quantize_q_rows(q_smem, q_low_smem, q_ptr, seq_q_start, seq_q_len, q_tile_start, q_head, stride_q_tok,
+                         stride_q_head, Q_MAX: gl.constexpr, Q_SPLIT: gl.constexpr,
+                         num_warps: gl.constexpr):  # fmt: skip
+        # This warpgroup's rows of a 16-bit q rounded into q_smem (and q_low_smem) for the QK wgmma (_round_q_rows).
+        # Returns the row scales [ROWS].
+        row_scale = _round_q_rows(q_smem, q_low_smem, q_ptr, seq_q_start + q_tile_start, seq_q_start + seq_q_len,
+                                  q_head * stride_q_head, stride_q_tok, Q_MAX, Q_SPLIT, num_warps)  # fmt: skip
         fence_async_shared()  # the generic-proxy stores before the wgmma's async-proxy reads
         _thread_barrier()  # every warp's rows before the warpgroup's QK
         return row_scale
@@ -1343,9 +1344,10 @@ if HAS_GLUON:
         V_KEY_MAJOR: gl.constexpr = FP8 and v_desc.dtype.primitive_bitwidth == 8
         K_READY_COUNT: gl.constexpr = 1 if WIDEN_K else READY_COUNT
         STAGE_TILES: gl.constexpr = 4 if WIDEN_K else 2  # V's two staging tiles, then K's
-        # a 16-bit q rounded to fp8 by the gathering producer's warps, a tile ahead, where they widen V (else by the
-        # consumers: the producer transposing fp8 V has 32 registers, and spilled with it)
-        Q_BY_PRODUCER: gl.constexpr = QUANTIZE_Q and not V_KEY_MAJOR
+        # a 16-bit q rounded to fp8 by the gathering producer's warps, a tile ahead, where they widen V to 16 bits
+        # (else by the consumers: the producer transposing fp8 V has 32 registers, and spilled with it). The same
+        # rule in _produce_work and _produce_gathered_fp8, from their V slots' type
+        Q_BY_PRODUCER: gl.constexpr = QUANTIZE_Q and v_desc.dtype.primitive_bitwidth == 16
         ZERO_TAIL: gl.constexpr = not GATHER  # cp.async gathers zero-fill keys past the sequence themselves
         # a TMA producer is one warp issuing copies; a gathering one computes addresses (4 warps)
         PRODUCER_WARPS: gl.constexpr = PAGED_PRODUCER_WARPS if GATHER else 1
@@ -1504,8 +1506,8 @@ if HAS_GLUON:
                 else:
                     v_stage = q_smem  # unused
                 q_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-                # a 16-bit q rounded by the gathering producer (as the kernel's): its row scales
-                Q_BY_PRODUCER: gl.constexpr = QUANTIZE_Q and not V_KEY_MAJOR
+                # a 16-bit q rounded by the producer widening V (as the kernel's): its row scales
+                Q_BY_PRODUCER: gl.constexpr = QUANTIZE_Q and v_desc.dtype.primitive_bitwidth == 16
                 if Q_BY_PRODUCER:
                     q_scales = gl.allocate_shared_memory(gl.float32, [BLOCK_M],
                                                          gl.SwizzledSharedLayout(1, 1, 1, order=[0]))  # fmt: skip

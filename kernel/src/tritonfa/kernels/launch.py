@@ -17,13 +17,13 @@ import os
 from typing import Any
 
 import torch
+import triton
+from triton.runtime import driver
 
 _COMPILED: dict[tuple, tuple[Any, list, tuple[int, ...]]] = {}
 
 
 def _enabled() -> bool:
-    import triton
-
     knobs = triton.knobs
     return (
         os.environ.get("TRITONFA_PREPARED_LAUNCH", "1") != "0"
@@ -34,8 +34,6 @@ def _enabled() -> bool:
 
 
 def _current_device_and_stream() -> tuple[int, int]:
-    from triton.runtime import driver
-
     device = driver.active.get_current_device()
     return device, driver.active.get_current_stream(device)
 
