@@ -15,9 +15,8 @@ fp8 (`FP8`): the fp8 wgmma reads both operands K-major, so V comes from a key-ma
 (`tritonfa.fp8.p_scale`: the scale subtracts from the row max, and cancels in O / l) before its cast to e4m3, and
 with `TWO_LEVEL` each block's P@V is added to O in fp32 (Hopper's fp8 MMA keeps 13 mantissa bits of its
 accumulator). A 16-bit q
-(`QUANTIZE_Q`) is loaded, scaled per row by a power of two into e4m3's range and stored to shared memory as fp8;
-the scale moves into the scores exactly. Where the gathering producer widens V, its warps do that a tile ahead
-(`_quantize_q_tile`); else each consumer warpgroup does its rows at the tile's start (`_quantize_q_rows`).
+(`QUANTIZE_Q`) is loaded by the consumers, scaled per row by a power of two into e4m3's range and stored to shared
+memory as fp8; the scale moves into the scores exactly.
 
 Schedule per program (one query tile of BLOCK_M = 128 rows of one q head), three partitions:
 - a 1-warp producer loads Q once and K_j, V_j into a ring of STAGES shared-memory slots with TMA; `kv_empty[s]`
@@ -294,11 +293,9 @@ if HAS_GLUON:
                   stride_v_head, k_rows_per_block, k_rows_per_head, k_cols_per_head, v_rows_per_block,
                   v_rows_per_head, v_cols_per_head, num_blocks, it0, PAGED: gl.constexpr, PAGE_SIZE: gl.constexpr,
                   PAGED_TMA: gl.constexpr, FP8: gl.constexpr, QUANTIZE_Q: gl.constexpr,
-                  VALID_D: gl.constexpr, q_ptr=0, stride_q_tok=0, q_row_end=0, q_scales=0,
-                  Q_MAX: gl.constexpr = 0.0):  # fmt: skip
+                  VALID_D: gl.constexpr):  # fmt: skip
         # it0: K/V blocks this program's producer has loaded before this tile (the ring's slot and phase go on).
-        # VALID_D: the head size of q/k/v (<= the tiles' D; see _consumer). QUANTIZE_Q with gathered fp8 V widened:
-        # this producer rounds q's rows [q_row, q_row_end) into q_smem, their scales into q_scales (_quantize_q_tile)
+        # VALID_D: the head size of q/k/v (<= the tiles' D; see _consumer)
         if PAGED_TMA:
             _produce_paged_tma(q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_ready, k_ready, v_ready, kv_empty,
                                q_row, q_col, block_table_ptr, seq, stride_bt_seq, num_cache_blocks, max_blocks,
@@ -309,7 +306,7 @@ if HAS_GLUON:
                                q_col, k_ptr, v_ptr, block_table_ptr, seq, stride_bt_seq, num_cache_blocks, max_blocks,
                                seq_k_len, kv_head, stride_k_blk, stride_k_slot, stride_k_head, stride_v_blk,
                                stride_v_slot, stride_v_head, num_blocks, it0, PAGE_SIZE, QUANTIZE_Q, PAGED,
-                               seq_k_start, q_ptr, stride_q_tok, q_row_end, q_scales, Q_MAX)  # fmt: skip
+                               seq_k_start)  # fmt: skip
         elif PAGED:
             _produce_paged(q_desc, q_smem, k_bufs, v_bufs, q_ready, k_ready, v_ready, kv_empty, q_row, q_col, k_ptr,
                            v_ptr, block_table_ptr, seq, stride_bt_seq, num_cache_blocks, max_blocks, seq_k_len,
@@ -472,37 +469,12 @@ if HAS_GLUON:
         async_copy.commit_group()
 
     @gluon.jit
-    def _quantize_q_tile(q_smem, q_scales, q_ready, q_ptr, q_row, q_row_end, q_col, stride_q_tok,
-                         Q_MAX: gl.constexpr):  # fmt: skip
-        # _round_q_rows for a whole tile, by the gathering producer's warps: q's rows [q_row, q_row_end) (zeros
-        # past the end) into q_smem as fp8 (a split q: the rests in the rows below, as the consumers read them) and
-        # their power-of-two scales into q_scales [BLOCK_M], then q_ready. Off the consumers' path: each tile
-        # otherwise began with their global load of q (~0.12 ms of b8x2048 fp8 KV, H200, session 10/11: q8 0.72 ms
-        # vs fp8 q's 0.60).
-        BLOCK_M: gl.constexpr = q_scales.type.shape[0]
-        Q_SPLIT: gl.constexpr = q_smem.type.shape[0] == 2 * BLOCK_M
-        CHUNK: gl.constexpr = 16  # rows per pass: 16 values per thread (4 warps, D 128)
-        for c in gl.static_range(BLOCK_M // CHUNK):
-            q_high = q_smem.slice(c * CHUNK, CHUNK)
-            if Q_SPLIT:
-                q_low = q_smem.slice(BLOCK_M + c * CHUNK, CHUNK)
-            else:
-                q_low = q_high
-            row_scale = _round_q_rows(q_high, q_low, q_ptr, q_row + c * CHUNK, q_row_end, q_col, stride_q_tok, Q_MAX,
-                                      Q_SPLIT, gl.num_warps())  # fmt: skip
-            q_scales.slice(c * CHUNK, CHUNK).store(row_scale)
-        fence_async_shared()  # the generic-proxy stores before the consumers' wgmma reads
-        _thread_barrier()  # every producer warp's rows before the arrival
-        mbarrier.arrive(q_ready, count=1)
-
-    @gluon.jit
     def _produce_gathered_fp8(q_desc, q_smem, k_bufs, v_bufs, v_stage, q_ready, k_ready, v_ready, kv_empty, q_row,
                               q_col, k_ptr, v_ptr, block_table_ptr, seq, stride_bt_seq, num_cache_blocks, max_blocks,
                               seq_k_len, kv_head, stride_k_blk, stride_k_slot, stride_k_head, stride_v_blk,
                               stride_v_slot, stride_v_head, num_blocks, it0, PAGE_SIZE: gl.constexpr,
-                              QUANTIZE_Q: gl.constexpr, PAGED: gl.constexpr = True, seq_k_start=0, q_ptr=0,
-                              stride_q_tok=0, q_row_end=0, q_scales=0, Q_MAX: gl.constexpr = 0.0):  # fmt: skip
-        # fp8 K/V, paged (or contiguous with V widened: rows from seq_k_start on): gathered as _produce_paged does,
+                              QUANTIZE_Q: gl.constexpr, PAGED: gl.constexpr = True, seq_k_start=0):  # fmt: skip
+        # fp8 K/V, paged (or contiguous with K widened: rows from seq_k_start on): gathered as _produce_paged does,
         # V into two staging tiles [BLOCK_N, D] that the producer warps transpose into the key-major slot
         # [D, BLOCK_N] (keys in FP8_KEY_ORDER per group of 16, as _to_p orders P: the fp8 P@V's K-major operand),
         # or, with 16-bit V slots, widen to fp16 row by row (a 16-bit P@V). With 16-bit K slots (a 16-bit q) K is
@@ -531,9 +503,6 @@ if HAS_GLUON:
         _gather_block_fp8(0, it0, k_bufs, v_stage, k_ready, kv_empty, k_head, v_head, k_rows, v_rows, o_row, table_row,
                           seq_k_len, max_blocks, num_cache_blocks, stride_k_blk, stride_k_slot, stride_v_blk,
                           stride_v_slot, PAGE_SIZE, PAGED, seq_k_start)  # fmt: skip
-        if QUANTIZE_Q and v_bufs.dtype.primitive_bitwidth == 16:  # while block 0's copies fly (persistent: a tile
-            # ahead of the consumers); the 32-register producer transposing fp8 V leaves it to the consumers
-            _quantize_q_tile(q_smem, q_scales, q_ready, q_ptr, q_row, q_row_end, q_col, stride_q_tok, Q_MAX)
         for j in range(num_blocks):
             s = (it0 + j) % STAGES
             if j + 1 < num_blocks:
@@ -753,36 +722,28 @@ if HAS_GLUON:
         _thread_barrier()
 
     @gluon.jit
-    def _round_q_rows(q_high, q_low, q_ptr, row0, row_end, col0, stride_q_tok, Q_MAX: gl.constexpr,
-                      Q_SPLIT: gl.constexpr, num_warps: gl.constexpr):  # fmt: skip
-        # q's tokens [row0, row0 + ROWS) (zeros from row_end on), columns col0 on, each row divided by a power of two
-        # that brings its largest |q| within Q_MAX and stored as fp8 into q_high [ROWS, D]. Returns the row scales
-        # [ROWS] (exact: powers of two). Q_SPLIT: what that rounding left out (exact in fp32, at most half an fp8
-        # step) goes to q_low as a second fp8 term, 4 more bits of q: ~8 in all (bf16 has 8), where one term keeps 4.
-        ROWS: gl.constexpr = q_high.type.shape[0]
-        HEAD_DIM: gl.constexpr = q_high.type.shape[1]
-        layout: gl.constexpr = gl.BlockedLayout([1, 8], [32 // (HEAD_DIM // 8), HEAD_DIM // 8], [num_warps, 1], [1, 0])
-        o_row = row0 + gl.arange(0, ROWS, layout=gl.SliceLayout(1, layout))
-        o_d = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, layout))
-        p_q = q_ptr + gl.expand_dims(o_row.to(gl.int64) * stride_q_tok, 1) + col0 + gl.expand_dims(o_d, 0)
-        b_q = gl.load(p_q, mask=gl.expand_dims(o_row < row_end, 1), other=0.0).to(gl.float32)
-        q_amax = gl.max(gl.abs(b_q), 1)  # [ROWS]
-        row_scale = gl.where(q_amax > 0.0, gl.exp2(gl.ceil(gl.log2(gl.maximum(q_amax, 1e-30) / Q_MAX))), 1.0)
-        b_q = b_q * gl.expand_dims(1.0 / row_scale, 1)
-        b_q_high = b_q.to(q_high.dtype)
-        q_high.store(b_q_high)
-        if Q_SPLIT:
-            q_low.store((b_q - b_q_high.to(gl.float32)).to(q_high.dtype))
-        return row_scale
-
-    @gluon.jit
     def _quantize_q_rows(q_smem, q_low_smem, q_ptr, seq_q_start, seq_q_len, q_tile_start, q_head, stride_q_tok,
                          stride_q_head, Q_MAX: gl.constexpr, Q_SPLIT: gl.constexpr,
                          num_warps: gl.constexpr):  # fmt: skip
-        # This warpgroup's rows of a 16-bit q rounded into q_smem (and q_low_smem) for the QK wgmma (_round_q_rows).
-        # Returns the row scales [ROWS].
-        row_scale = _round_q_rows(q_smem, q_low_smem, q_ptr, seq_q_start + q_tile_start, seq_q_start + seq_q_len,
-                                  q_head * stride_q_head, stride_q_tok, Q_MAX, Q_SPLIT, num_warps)  # fmt: skip
+        # This warpgroup's rows of a 16-bit q, each divided by a power of two that brings its largest |q| within
+        # Q_MAX, stored as fp8 into q_smem for the QK wgmma. Returns the row scales [ROWS] (exact: powers of two).
+        # Q_SPLIT: what that rounding left out (exact in fp32, at most half an fp8 step) goes to q_low_smem as a
+        # second fp8 term, 4 more bits of q: ~8 in all (bf16 has 8), where one term keeps 4.
+        ROWS: gl.constexpr = q_smem.type.shape[0]
+        HEAD_DIM: gl.constexpr = q_smem.type.shape[1]
+        layout: gl.constexpr = gl.BlockedLayout([1, 8], [32 // (HEAD_DIM // 8), HEAD_DIM // 8], [num_warps, 1], [1, 0])
+        o_row = q_tile_start + gl.arange(0, ROWS, layout=gl.SliceLayout(1, layout))
+        o_d = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, layout))
+        i_tok = (seq_q_start + o_row).to(gl.int64)
+        p_q = q_ptr + gl.expand_dims(i_tok * stride_q_tok, 1) + q_head * stride_q_head + gl.expand_dims(o_d, 0)
+        b_q = gl.load(p_q, mask=gl.expand_dims(o_row < seq_q_len, 1), other=0.0).to(gl.float32)
+        q_amax = gl.max(gl.abs(b_q), 1)  # [ROWS]
+        row_scale = gl.where(q_amax > 0.0, gl.exp2(gl.ceil(gl.log2(gl.maximum(q_amax, 1e-30) / Q_MAX))), 1.0)
+        b_q = b_q * gl.expand_dims(1.0 / row_scale, 1)
+        b_q_high = b_q.to(q_smem.dtype)
+        q_smem.store(b_q_high)
+        if Q_SPLIT:
+            q_low_smem.store((b_q - b_q_high.to(gl.float32)).to(q_smem.dtype))
         fence_async_shared()  # the generic-proxy stores before the wgmma's async-proxy reads
         _thread_barrier()  # every warp's rows before the warpgroup's QK
         return row_scale
@@ -794,10 +755,8 @@ if HAS_GLUON:
                   ROWS: gl.constexpr, CAUSAL: gl.constexpr, PINGPONG: gl.constexpr, RETURN_LSE: gl.constexpr,
                   ZERO_TAIL: gl.constexpr, FP8: gl.constexpr, P_SCALE_LOG2: gl.constexpr, TWO_LEVEL: gl.constexpr,
                   QUANTIZE_Q: gl.constexpr, Q_MAX: gl.constexpr, num_warps: gl.constexpr, it0=0, turn0=0,
-                  q_phase=0, CARRY_F32: gl.constexpr = False, VALID_D: gl.constexpr = 0, q_scales=0,
-                  Q_BY_PRODUCER: gl.constexpr = False):  # fmt: skip
+                  q_phase=0, CARRY_F32: gl.constexpr = False, VALID_D: gl.constexpr = 0):  # fmt: skip
         # This warpgroup's ROWS query rows start at row ROW0 of the tile; both warpgroups walk the tile's blocks.
-        # QUANTIZE_Q with Q_BY_PRODUCER: the producer rounded q (_quantize_q_tile); its row scales are in q_scales.
         # VALID_D < HEAD_DIM: a head size padded to the tiles' width. The boxes' extra columns hold the next head's
         # values (zeros past the last head): zeroed in Q, so K's cancel in QK; O's are not stored.
         # it0 / turn0 / q_phase: K/V blocks, wgmma turns and Q loads of this program's earlier tiles (persistent).
@@ -848,10 +807,7 @@ if HAS_GLUON:
         l_i = gl.zeros([BLOCK_M], gl.float32, row_layout)
         b_o = gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, o_layout)
 
-        if QUANTIZE_Q and Q_BY_PRODUCER:
-            mbarrier.wait(q_ready, q_phase)
-            qk_scale = q_scales.slice(ROW0, ROWS).load(row_layout) * qk_scale
-        elif QUANTIZE_Q:
+        if QUANTIZE_Q:
             row_scale = _quantize_q_rows(q_smem, q_low_smem, q_ptr, seq_q_start, seq_q_len, q_tile_start, q_head,
                                          stride_q_tok, stride_q_head, Q_MAX, Q_SPLIT, num_warps)  # fmt: skip
             qk_scale = gl.convert_layout(row_scale, row_layout) * qk_scale
@@ -952,14 +908,13 @@ if HAS_GLUON:
                           RETURN_LSE: gl.constexpr, ZERO_TAIL: gl.constexpr, FP8: gl.constexpr,
                           P_SCALE_LOG2: gl.constexpr, TWO_LEVEL: gl.constexpr, QUANTIZE_Q: gl.constexpr,
                           Q_MAX: gl.constexpr, num_warps: gl.constexpr, it0, turn0, q_phase,
-                          CARRY_F32: gl.constexpr, VALID_D: gl.constexpr, q_scales,
-                          Q_BY_PRODUCER: gl.constexpr):  # fmt: skip
+                          CARRY_F32: gl.constexpr, VALID_D: gl.constexpr):  # fmt: skip
         # the default partition of gl.warp_specialize must return a tuple
         _consumer(q_tile_smem, k_bufs, v_bufs, q_ready, k_ready, v_ready, kv_empty, turns, q_ptr, out_ptr, lse_ptr,
                   seq_q_start, seq_q_len, q_tile_start, q_head, seq_k_len, num_blocks, key_shift, qk_scale, out_scale,
                   stride_q_tok, stride_q_head, stride_o_tok, stride_o_head, stride_lse_head, ROW0, ROWS, CAUSAL,
                   PINGPONG, RETURN_LSE, ZERO_TAIL, FP8, P_SCALE_LOG2, TWO_LEVEL, QUANTIZE_Q, Q_MAX, num_warps, it0,
-                  turn0, q_phase, CARRY_F32, VALID_D, q_scales, Q_BY_PRODUCER)  # fmt: skip
+                  turn0, q_phase, CARRY_F32, VALID_D)  # fmt: skip
         return ()
 
     @gluon.jit
@@ -1019,8 +974,7 @@ if HAS_GLUON:
                              v_cols_per_head, n_tile_slots, num_q_heads, GROUP: gl.constexpr, CAUSAL: gl.constexpr,
                              PAGED: gl.constexpr, PAGE_SIZE: gl.constexpr, PAGED_TMA: gl.constexpr,
                              HAS_SEQUSED: gl.constexpr, SEQ_FILTER: gl.constexpr, DECODE_MAX_Q: gl.constexpr,
-                             FP8: gl.constexpr, QUANTIZE_Q: gl.constexpr, VALID_D: gl.constexpr, q_ptr,
-                             stride_q_tok, q_scales, Q_MAX: gl.constexpr, seq_known=0,
+                             FP8: gl.constexpr, QUANTIZE_Q: gl.constexpr, VALID_D: gl.constexpr, seq_known=0,
                              SEQ_KNOWN: gl.constexpr = False):  # fmt: skip
         # One work item of the persistent producer (see _producer_persistent); returns the updated counts
         BLOCK_M: gl.constexpr = q_desc.block_type.shape[0]
@@ -1035,9 +989,7 @@ if HAS_GLUON:
         )  # fmt: skip
         if process & (num_blocks > 0):
             qb = items % Q_BUFS
-            # a producer widening gathered V rounds a 16-bit q itself (see _producer); else the consumers do
-            Q_BY_PRODUCER: gl.constexpr = QUANTIZE_Q and v_bufs.dtype.primitive_bitwidth == 16
-            if Q_BY_PRODUCER or not QUANTIZE_Q:
+            if not QUANTIZE_Q:
                 mbarrier.wait(q_empty.index(qb), ((items // Q_BUFS) & 1) ^ 1)
             _producer(q_desc, k_desc, v_desc, q_bufs.index(qb), k_bufs, v_bufs, v_stage, q_ready.index(qb), k_ready,
                       v_ready, kv_empty, seq_q_start + q_tile_start, q_head * VALID_D, seq_k_start - key_shift,
@@ -1045,8 +997,7 @@ if HAS_GLUON:
                       q_head // GROUP, stride_k_blk, stride_k_slot, stride_k_head, stride_v_blk, stride_v_slot,
                       stride_v_head, k_rows_per_block, k_rows_per_head, k_cols_per_head, v_rows_per_block,
                       v_rows_per_head, v_cols_per_head, num_blocks, it, PAGED, PAGE_SIZE, PAGED_TMA, FP8,
-                      QUANTIZE_Q, VALID_D, q_ptr, stride_q_tok, seq_q_start + seq_q_len, q_scales.index(qb),
-                      Q_MAX)  # fmt: skip
+                      QUANTIZE_Q, VALID_D)  # fmt: skip
             it += num_blocks
             items += 1
         return it, items
@@ -1061,8 +1012,7 @@ if HAS_GLUON:
                              PAGED: gl.constexpr, PAGE_SIZE: gl.constexpr, PAGED_TMA: gl.constexpr,
                              HAS_SEQUSED: gl.constexpr, SEQ_FILTER: gl.constexpr, DECODE_MAX_Q: gl.constexpr,
                              FP8: gl.constexpr, QUANTIZE_Q: gl.constexpr, VALID_D: gl.constexpr, sched_ptr, work_ids,
-                             work_ready, work_empty, DYNAMIC: gl.constexpr, q_ptr, stride_q_tok, q_scales,
-                             Q_MAX: gl.constexpr):  # fmt: skip
+                             work_ready, work_empty, DYNAMIC: gl.constexpr):  # fmt: skip
         # The producer's walk over this program's work items: Q into the next of Q_BUFS buffers once the consumers
         # are done with it, K/V blocks into the ring, whose slots and phases run on from tile to tile.
         # DYNAMIC: items are taken from a counter shared by all programs (sched_ptr: [base, tickets], int64), so a
@@ -1097,8 +1047,8 @@ if HAS_GLUON:
                         stride_bt_seq, stride_k_blk, stride_k_slot, stride_k_head, stride_v_blk, stride_v_slot,
                         stride_v_head, k_rows_per_block, k_rows_per_head, k_cols_per_head, v_rows_per_block,
                         v_rows_per_head, v_cols_per_head, n_tile_slots, num_q_heads, GROUP, CAUSAL, PAGED, PAGE_SIZE,
-                        PAGED_TMA, HAS_SEQUSED, SEQ_FILTER, DECODE_MAX_Q, FP8, QUANTIZE_Q, VALID_D, q_ptr,
-                        stride_q_tok, q_scales, Q_MAX, seq, True)  # fmt: skip
+                        PAGED_TMA, HAS_SEQUSED, SEQ_FILTER, DECODE_MAX_Q, FP8, QUANTIZE_Q, VALID_D, seq,
+                        True)  # fmt: skip
                 work = next_work
             _give_work(work_ids, work_ready, work_empty, given, total, 0, gl.num_warps())  # the consumers stop
             if work == total + gl.num_programs(0) - 1:
@@ -1111,8 +1061,7 @@ if HAS_GLUON:
                     stride_bt_seq, stride_k_blk, stride_k_slot, stride_k_head, stride_v_blk, stride_v_slot,
                     stride_v_head, k_rows_per_block, k_rows_per_head, k_cols_per_head, v_rows_per_block,
                     v_rows_per_head, v_cols_per_head, n_tile_slots, num_q_heads, GROUP, CAUSAL, PAGED, PAGE_SIZE,
-                    PAGED_TMA, HAS_SEQUSED, SEQ_FILTER, DECODE_MAX_Q, FP8, QUANTIZE_Q, VALID_D, q_ptr,
-                    stride_q_tok, q_scales, Q_MAX)  # fmt: skip
+                    PAGED_TMA, HAS_SEQUSED, SEQ_FILTER, DECODE_MAX_Q, FP8, QUANTIZE_Q, VALID_D)  # fmt: skip
 
     @gluon.jit
     def _consume_work(work, it, items, q_bufs, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, kv_empty, turns,
@@ -1127,8 +1076,8 @@ if HAS_GLUON:
                              DECODE_MAX_Q: gl.constexpr, FP8: gl.constexpr, P_SCALE_LOG2: gl.constexpr,
                              TWO_LEVEL: gl.constexpr, QUANTIZE_Q: gl.constexpr, Q_MAX: gl.constexpr,
                              HAS_Q_DESCALE: gl.constexpr, HAS_K_DESCALE: gl.constexpr, HAS_V_DESCALE: gl.constexpr,
-                             num_warps: gl.constexpr, CARRY_F32: gl.constexpr, VALID_D: gl.constexpr, q_scales,
-                             Q_BY_PRODUCER: gl.constexpr, seq_known=0, SEQ_KNOWN: gl.constexpr = False):  # fmt: skip
+                             num_warps: gl.constexpr, CARRY_F32: gl.constexpr, VALID_D: gl.constexpr, seq_known=0,
+                             SEQ_KNOWN: gl.constexpr = False):  # fmt: skip
         # One work item of a persistent consumer warpgroup (see _consumer_persistent); returns the updated counts
         BLOCK_M: gl.constexpr = 2 * ROWS  # the tile's rows: two warpgroups' (a split q's Q buffer holds twice that)
         HEAD_DIM: gl.constexpr = q_bufs.type.shape[2]
@@ -1157,7 +1106,7 @@ if HAS_GLUON:
                           num_blocks, key_shift, qk_scale, out_scale, stride_q_tok, stride_q_head, stride_o_tok,
                           stride_o_head, stride_lse_head, ROW0, ROWS, CAUSAL, PINGPONG, RETURN_LSE, ZERO_TAIL,
                           FP8, P_SCALE_LOG2, TWO_LEVEL, QUANTIZE_Q, Q_MAX, num_warps, it, it + items,
-                          (items // Q_BUFS) & 1, CARRY_F32, VALID_D, q_scales.index(qb), Q_BY_PRODUCER)  # fmt: skip
+                          (items // Q_BUFS) & 1, CARRY_F32, VALID_D)  # fmt: skip
                 mbarrier.arrive(q_empty.index(qb), count=1)  # this warpgroup's QK wgmmas are done with it
                 it += num_blocks
                 items += 1
@@ -1177,8 +1126,7 @@ if HAS_GLUON:
                              TWO_LEVEL: gl.constexpr, QUANTIZE_Q: gl.constexpr, Q_MAX: gl.constexpr,
                              HAS_Q_DESCALE: gl.constexpr, HAS_K_DESCALE: gl.constexpr, HAS_V_DESCALE: gl.constexpr,
                              num_warps: gl.constexpr, CARRY_F32: gl.constexpr, VALID_D: gl.constexpr, sched_ptr,
-                             work_ids, work_ready, work_empty, DYNAMIC: gl.constexpr, q_scales,
-                             Q_BY_PRODUCER: gl.constexpr):  # fmt: skip
+                             work_ids, work_ready, work_empty, DYNAMIC: gl.constexpr):  # fmt: skip
         # A consumer warpgroup's walk over the same work items as the producer: each tile as in the non-persistent
         # kernel (_consumer), its ring blocks, wgmma turns and Q buffer counted on from the tiles before. DYNAMIC: the
         # items come from the producer through work_ids (see _producer_persistent) until one is past the last.
@@ -1196,8 +1144,7 @@ if HAS_GLUON:
                     stride_qdesc_head, stride_kdesc_seq, stride_kdesc_head, stride_vdesc_seq, stride_vdesc_head,
                     n_tile_slots, num_q_heads, GROUP, ROW0, ROWS, CAUSAL, PINGPONG, RETURN_LSE, ZERO_TAIL, PAGED,
                     PAGE_SIZE, HAS_SEQUSED, SEQ_FILTER, DECODE_MAX_Q, FP8, P_SCALE_LOG2, TWO_LEVEL, QUANTIZE_Q, Q_MAX,
-                    HAS_Q_DESCALE, HAS_K_DESCALE, HAS_V_DESCALE, num_warps, CARRY_F32, VALID_D, q_scales,
-                    Q_BY_PRODUCER, seq, True)  # fmt: skip
+                    HAS_Q_DESCALE, HAS_K_DESCALE, HAS_V_DESCALE, num_warps, CARRY_F32, VALID_D, seq, True)  # fmt: skip
                 taken += 1
                 work, seq = _take_work(work_ids, work_ready, work_empty, taken, num_warps)
         else:
@@ -1209,8 +1156,7 @@ if HAS_GLUON:
                     stride_qdesc_head, stride_kdesc_seq, stride_kdesc_head, stride_vdesc_seq, stride_vdesc_head,
                     n_tile_slots, num_q_heads, GROUP, ROW0, ROWS, CAUSAL, PINGPONG, RETURN_LSE, ZERO_TAIL, PAGED,
                     PAGE_SIZE, HAS_SEQUSED, SEQ_FILTER, DECODE_MAX_Q, FP8, P_SCALE_LOG2, TWO_LEVEL, QUANTIZE_Q, Q_MAX,
-                    HAS_Q_DESCALE, HAS_K_DESCALE, HAS_V_DESCALE, num_warps, CARRY_F32, VALID_D, q_scales,
-                    Q_BY_PRODUCER)  # fmt: skip
+                    HAS_Q_DESCALE, HAS_K_DESCALE, HAS_V_DESCALE, num_warps, CARRY_F32, VALID_D)  # fmt: skip
 
     @gluon.jit
     def _consumer_persistent_default(q_bufs, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, kv_empty, turns,
@@ -1228,8 +1174,7 @@ if HAS_GLUON:
                                      HAS_Q_DESCALE: gl.constexpr, HAS_K_DESCALE: gl.constexpr,
                                      HAS_V_DESCALE: gl.constexpr, num_warps: gl.constexpr,
                                      CARRY_F32: gl.constexpr, VALID_D: gl.constexpr, sched_ptr, work_ids,
-                                     work_ready, work_empty, DYNAMIC: gl.constexpr, q_scales,
-                                     Q_BY_PRODUCER: gl.constexpr):  # fmt: skip
+                                     work_ready, work_empty, DYNAMIC: gl.constexpr):  # fmt: skip
         _consumer_persistent(q_bufs, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, kv_empty, turns, q_ptr,
                              out_ptr, lse_ptr, cu_seqlens_q_ptr, cu_seqlens_k_ptr, seqused_k_ptr, q_descale_ptr,
                              k_descale_ptr, v_descale_ptr, num_seqs, total_q, total_k, max_blocks, softmax_scale,
@@ -1239,7 +1184,7 @@ if HAS_GLUON:
                              PINGPONG, RETURN_LSE, ZERO_TAIL, PAGED, PAGE_SIZE, HAS_SEQUSED, SEQ_FILTER,
                              DECODE_MAX_Q, FP8, P_SCALE_LOG2, TWO_LEVEL, QUANTIZE_Q, Q_MAX, HAS_Q_DESCALE,
                              HAS_K_DESCALE, HAS_V_DESCALE, num_warps, CARRY_F32, VALID_D, sched_ptr, work_ids,
-                             work_ready, work_empty, DYNAMIC, q_scales, Q_BY_PRODUCER)  # fmt: skip
+                             work_ready, work_empty, DYNAMIC)  # fmt: skip
         return ()
 
     # Lengths, counts and the widths they set (block table, lse rows) change per batch: not specialized, so a new
@@ -1344,10 +1289,6 @@ if HAS_GLUON:
         V_KEY_MAJOR: gl.constexpr = FP8 and v_desc.dtype.primitive_bitwidth == 8
         K_READY_COUNT: gl.constexpr = 1 if WIDEN_K else READY_COUNT
         STAGE_TILES: gl.constexpr = 4 if WIDEN_K else 2  # V's two staging tiles, then K's
-        # a 16-bit q rounded to fp8 by the gathering producer's warps, a tile ahead, where they widen V to 16 bits
-        # (else by the consumers: the producer transposing fp8 V has 32 registers, and spilled with it). The same
-        # rule in _produce_work and _produce_gathered_fp8, from their V slots' type
-        Q_BY_PRODUCER: gl.constexpr = QUANTIZE_Q and v_desc.dtype.primitive_bitwidth == 16
         ZERO_TAIL: gl.constexpr = not GATHER  # cp.async gathers zero-fill keys past the sequence themselves
         # a TMA producer is one warp issuing copies; a gathering one computes addresses (4 warps)
         PRODUCER_WARPS: gl.constexpr = PAGED_PRODUCER_WARPS if GATHER else 1
@@ -1375,11 +1316,6 @@ if HAS_GLUON:
                 v_stage = q_bufs  # unused
             q_ready = gl.allocate_shared_memory(gl.int64, [Q_BUFS, 1], mbarrier.MBarrierLayout())
             q_empty = gl.allocate_shared_memory(gl.int64, [Q_BUFS, 1], mbarrier.MBarrierLayout())
-            if Q_BY_PRODUCER:  # each Q buffer's row scales
-                q_scales = gl.allocate_shared_memory(gl.float32, [Q_BUFS, BLOCK_M],
-                                                     gl.SwizzledSharedLayout(1, 1, 1, order=[0]))  # fmt: skip
-            else:
-                q_scales = q_ready  # unused
             k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
             v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
             kv_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
@@ -1416,7 +1352,7 @@ if HAS_GLUON:
                         n_tile_slots, num_q_heads, GROUP, FIRST, HALF, CAUSAL, PINGPONG, RETURN_LSE, ZERO_TAIL,
                         PAGED, PAGE_SIZE, HAS_SEQUSED, SEQ_FILTER, DECODE_MAX_Q, FP8, P_SCALE_LOG2, TWO_LEVEL,
                         QUANTIZE_Q, Q_MAX, HAS_Q_DESCALE, HAS_K_DESCALE, HAS_V_DESCALE, num_warps, P_CARRY_F32,
-                        VALID_D, sched_ptr, work_ids, work_ready, work_empty, DYNAMIC, q_scales, Q_BY_PRODUCER)),
+                        VALID_D, sched_ptr, work_ids, work_ready, work_empty, DYNAMIC)),
                     (_consumer_persistent, (
                         q_bufs, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, kv_empty, turns, q_ptr, out_ptr,
                         lse_ptr, cu_seqlens_q_ptr, cu_seqlens_k_ptr, seqused_k_ptr, q_descale_ptr, k_descale_ptr,
@@ -1426,7 +1362,7 @@ if HAS_GLUON:
                         n_tile_slots, num_q_heads, GROUP, HALF, HALF, CAUSAL, PINGPONG, RETURN_LSE, ZERO_TAIL,
                         PAGED, PAGE_SIZE, HAS_SEQUSED, SEQ_FILTER, DECODE_MAX_Q, FP8, P_SCALE_LOG2, TWO_LEVEL,
                         QUANTIZE_Q, Q_MAX, HAS_Q_DESCALE, HAS_K_DESCALE, HAS_V_DESCALE, num_warps, P_CARRY_F32,
-                        VALID_D, sched_ptr, work_ids, work_ready, work_empty, DYNAMIC, q_scales, Q_BY_PRODUCER)),
+                        VALID_D, sched_ptr, work_ids, work_ready, work_empty, DYNAMIC)),
                     (_producer_persistent, (
                         q_desc, k_desc, v_desc, q_bufs, k_bufs, v_bufs, v_stage, q_ready, q_empty, k_ready, v_ready,
                         kv_empty,
@@ -1436,7 +1372,7 @@ if HAS_GLUON:
                         k_rows_per_head, k_cols_per_head, v_rows_per_block, v_rows_per_head, v_cols_per_head,
                         n_tile_slots, num_q_heads, GROUP, CAUSAL, PAGED, PAGE_SIZE, PAGED_TMA, HAS_SEQUSED,
                         SEQ_FILTER, DECODE_MAX_Q, FP8, QUANTIZE_Q, VALID_D, sched_ptr, work_ids, work_ready,
-                        work_empty, DYNAMIC, q_ptr, stride_q_tok, q_scales, Q_MAX)),
+                        work_empty, DYNAMIC)),
                 ],
                 [num_warps, PRODUCER_WARPS],
                 [WORKER_REGS, PERSISTENT_PRODUCER_REGS if not GATHER else PRODUCER_REGS_],
@@ -1506,13 +1442,6 @@ if HAS_GLUON:
                 else:
                     v_stage = q_smem  # unused
                 q_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-                # a 16-bit q rounded by the producer widening V (as the kernel's): its row scales
-                Q_BY_PRODUCER: gl.constexpr = QUANTIZE_Q and v_desc.dtype.primitive_bitwidth == 16
-                if Q_BY_PRODUCER:
-                    q_scales = gl.allocate_shared_memory(gl.float32, [BLOCK_M],
-                                                         gl.SwizzledSharedLayout(1, 1, 1, order=[0]))  # fmt: skip
-                else:
-                    q_scales = q_ready  # unused
                 k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
                 v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
                 kv_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
@@ -1551,21 +1480,20 @@ if HAS_GLUON:
                                              stride_q_head, stride_o_tok, stride_o_head, stride_lse_head, FIRST,
                                              HALF, CAUSAL, PINGPONG, RETURN_LSE, ZERO_TAIL, FP8, P_SCALE_LOG2,
                                              TWO_LEVEL, QUANTIZE_Q, Q_MAX, num_warps, 0, 0, 0, P_CARRY_F32,
-                                             VALID_D, q_scales, Q_BY_PRODUCER)),
+                                             VALID_D)),
                         (_consumer, (q_smem, k_bufs, v_bufs, q_ready, k_ready, v_ready, kv_empty, turns, q_ptr,
                                      out_ptr, lse_ptr, seq_q_start, seq_q_len, q_tile_start, q_head, seq_k_len,
                                      num_blocks, key_shift, qk_scale, out_scale, stride_q_tok, stride_q_head,
                                      stride_o_tok, stride_o_head, stride_lse_head, HALF, HALF, CAUSAL, PINGPONG,
                                      RETURN_LSE, ZERO_TAIL, FP8, P_SCALE_LOG2, TWO_LEVEL, QUANTIZE_Q, Q_MAX,
-                                     num_warps, 0, 0, 0, P_CARRY_F32, VALID_D, q_scales, Q_BY_PRODUCER)),
+                                     num_warps, 0, 0, 0, P_CARRY_F32, VALID_D)),
                         (_producer, (q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, v_stage, q_ready, k_ready, v_ready,
                                      kv_empty, seq_q_start + q_tile_start, q_head * VALID_D, seq_k_start - key_shift,
                                      k_ptr, v_ptr, block_table_ptr, seq, stride_bt_seq, num_cache_blocks, max_blocks,
                                      seq_k_len, kv_head, stride_k_blk, stride_k_slot, stride_k_head, stride_v_blk,
                                      stride_v_slot, stride_v_head, k_rows_per_block, k_rows_per_head,
                                      k_cols_per_head, v_rows_per_block, v_rows_per_head, v_cols_per_head,
-                                     num_blocks, 0, PAGED, PAGE_SIZE, PAGED_TMA, FP8, QUANTIZE_Q, VALID_D, q_ptr,
-                                     stride_q_tok, seq_q_start + seq_q_len, q_scales, Q_MAX)),
+                                     num_blocks, 0, PAGED, PAGE_SIZE, PAGED_TMA, FP8, QUANTIZE_Q, VALID_D)),
                     ],
                     [num_warps, PRODUCER_WARPS],
                     [WORKER_REGS, PRODUCER_REGS_],
