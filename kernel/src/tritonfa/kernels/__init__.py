@@ -71,7 +71,8 @@ def _signature(launch: KernelLaunch) -> tuple[dict[str, str], dict[str, Any], di
 
 
 def _meta_inputs(
-    arch: str, q_dtype, kv_dtype, head_dim: int, paged: bool, decode: bool, features: bool, page_size: int = 16
+    arch: str, q_dtype, kv_dtype, head_dim: int, paged: bool, decode: bool, features: bool, page_size: int = 16,
+    heads_major: bool = False,
 ) -> dict:
     """flash_attn_varlen_func-like arguments on the meta device (no memory): 4 sequences, 16 q / 4 kv heads."""
     meta = dict(device="meta")
@@ -79,7 +80,10 @@ def _meta_inputs(
     seqlen_q = 1 if decode else 256
     total_q, total_k = num_seqs * seqlen_q, num_seqs * 512
     q = torch.empty((total_q, hq, head_dim), dtype=q_dtype, **meta)
-    if paged:
+    if paged and heads_major:  # [blocks, Hk, page, D] seen as [blocks, page, Hk, D]: a slot stride of D
+        k = torch.empty((total_k // page_size, hk, page_size, head_dim), dtype=kv_dtype, **meta).transpose(1, 2)
+        block_table = torch.empty((num_seqs, 512 // page_size), dtype=torch.int32, **meta)
+    elif paged:
         k = torch.empty((total_k // page_size, page_size, hk, head_dim), dtype=kv_dtype, **meta)
         block_table = torch.empty((num_seqs, 512 // page_size), dtype=torch.int32, **meta)
     else:
@@ -309,4 +313,14 @@ def _hopper_prefill_specs() -> list[dict[str, Any]]:
             + "]"
         )
         specs.append(dict(name=name, fn=fn, bound_args=args, constexprs=constexprs, options=options, gluon=True))
+    # gathered heads-major pages at a padded D 40: slot strides of 40, multiples of a 16-byte copy but not of 16
+    inputs = _meta_inputs("hopper", bf16, bf16, 40, paged=True, decode=False, features=False, page_size=64,
+                          heads_major=True)  # fmt: skip
+    out = torch.empty(inputs["q"].shape, dtype=bf16, device="meta")
+    fn, _, args, constexprs, options = attention_hopper.plan_hopper_prefill(
+        inputs["q"], inputs["k"], inputs["v"], out, None, inputs["cu_seqlens_q"], None, inputs["seqused_k"],
+        inputs["block_table"], 0.125, False, 1, 16,
+    )  # fmt: skip
+    name = f"{fn.__name__}[hopper d40 CAUSAL=False PAGED=True PAGE_SIZE=64 HEADS_MAJOR]"
+    specs.append(dict(name=name, fn=fn, bound_args=args, constexprs=constexprs, options=options, gluon=True))
     return specs

@@ -1281,6 +1281,17 @@ if HAS_GLUON:
         WIDEN_K: gl.constexpr = FP8 and q_desc.dtype.primitive_bitwidth == 16
         # fp8 V widened to 16 bits is gathered, paged or contiguous (K widened, or a split q: see Q_SPLIT)
         GATHER: gl.constexpr = (PAGED and not PAGED_TMA) or (FP8 and v_desc.dtype.primitive_bitwidth == 16)
+        if PAGED and not PAGED_TMA:
+            # supports() admits page strides that are multiples of one 16-byte copy (8 elements of 16 bits), but the
+            # runtime only tells the compiler about multiples of 16: say so, or a stride of 40 (heads-major pages,
+            # D 40) leaves 2-byte copies, which cp.async cannot do (a compile error on the GPU, session 12)
+            VEC: gl.constexpr = 128 // k_ptr.dtype.element_ty.primitive_bitwidth
+            stride_k_blk = stride_k_blk // VEC * VEC
+            stride_k_slot = stride_k_slot // VEC * VEC
+            stride_k_head = stride_k_head // VEC * VEC
+            stride_v_blk = stride_v_blk // VEC * VEC
+            stride_v_slot = stride_v_slot // VEC * VEC
+            stride_v_head = stride_v_head // VEC * VEC
         # TMA: one expect-tx arrival per slot; cp.async gathers: every producer thread's arrival. Gathered fp8 V is
         # transposed by the producer warps, which then arrive once (mbarrier.arrive: one thread of the partition)
         READY_COUNT: gl.constexpr = 32 * PAGED_PRODUCER_WARPS if GATHER else 1
