@@ -42,6 +42,8 @@ PREFILL_VARIANTS = {
     "ws-fp8": {"ws_fp8": True},
     "ws-fp8-one-level": {"ws_fp8": True, "ws_fp8_two_level": False},
     "ws-fp8-q8": {"ws_fp8": True, "fp8_q_for_fp8_kv": True},
+    # the same with V read through its key-major copy (fp8 P@V), for causal calls too (where V is widened by default)
+    "ws-fp8-q8-key-major": {"ws_fp8": True, "fp8_q_for_fp8_kv": True, "ws_fp8_v16_contiguous": False},
     "ws-fp8-s3": {"ws_fp8": True, "fp8_q_for_fp8_kv": True, "ws_stages": 3},
     "ws-fp8-s4": {"ws_fp8": True, "fp8_q_for_fp8_kv": True, "ws_stages": 4},
     "ws-paged-tma": {"ws_paged_tma": True},  # paged prefill: TMA boxes of a page's keys instead of cp.async gathers

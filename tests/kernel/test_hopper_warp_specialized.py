@@ -488,6 +488,9 @@ def test_which_fp8_calls_take_the_warp_specialized_path(monkeypatch):
     [launch] = plan_attention(**{k: v.to("meta") if isinstance(v, torch.Tensor) else v for k, v in
                                  _args(fp8_kv).items()})  # fmt: skip
     assert launch.fn.__name__ == WS and launch.constexprs["QUANTIZE_Q"] and launch.constexprs["FP8"]
+    q_tiles, q_staged = launch.args[0], launch.args[3]  # fp8 tiles the consumers round into; the producer's 16-bit q
+    assert q_staged.base.dtype == torch.bfloat16 and q_staged.block_shape == q_tiles.block_shape
+    assert launch.constexprs["Q_BUFS"] == 1, "one staging tile, handed back as soon as it is rounded"
     monkeypatch.delenv("TRITONFA_CONFIG")
     assert _plan(qkv) == [WS], "contiguous fp8 takes the Gluon prefill by default on Hopper"
     assert _plan(paged) == [WS], "and paged fp8 too"

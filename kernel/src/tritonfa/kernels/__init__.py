@@ -71,7 +71,14 @@ def _signature(launch: KernelLaunch) -> tuple[dict[str, str], dict[str, Any], di
 
 
 def _meta_inputs(
-    arch: str, q_dtype, kv_dtype, head_dim: int, paged: bool, decode: bool, features: bool, page_size: int = 16,
+    arch: str,
+    q_dtype,
+    kv_dtype,
+    head_dim: int,
+    paged: bool,
+    decode: bool,
+    features: bool,
+    page_size: int = 16,
     heads_major: bool = False,
 ) -> dict:
     """flash_attn_varlen_func-like arguments on the meta device (no memory): 4 sequences, 16 q / 4 kv heads."""

@@ -15,8 +15,9 @@ fp8 (`FP8`): the fp8 wgmma reads both operands K-major, so V comes from a key-ma
 (`tritonfa.fp8.p_scale`: the scale subtracts from the row max, and cancels in O / l) before its cast to e4m3, and
 with `TWO_LEVEL` each block's P@V is added to O in fp32 (Hopper's fp8 MMA keeps 13 mantissa bits of its
 accumulator). A 16-bit q
-(`QUANTIZE_Q`) is loaded by the consumers, scaled per row by a power of two into e4m3's range and stored to shared
-memory as fp8; the scale moves into the scores exactly.
+(`QUANTIZE_Q`) is staged in shared memory by the producer's TMA (like any Q, a tile ahead on the persistent grid);
+each consumer warpgroup scales its rows by a power of two into e4m3's range and stores them as fp8 for its QK; the
+scale moves into the scores exactly.
 
 Schedule per program (one query tile of BLOCK_M = 128 rows of one q head), three partitions:
 - a 1-warp producer loads Q once and K_j, V_j into a ring of STAGES shared-memory slots with TMA; `kv_empty[s]`
@@ -305,7 +306,7 @@ if HAS_GLUON:
             _produce_gathered_fp8(q_desc, q_smem, k_bufs, v_bufs, v_stage, q_ready, k_ready, v_ready, kv_empty, q_row,
                                q_col, k_ptr, v_ptr, block_table_ptr, seq, stride_bt_seq, num_cache_blocks, max_blocks,
                                seq_k_len, kv_head, stride_k_blk, stride_k_slot, stride_k_head, stride_v_blk,
-                               stride_v_slot, stride_v_head, num_blocks, it0, PAGE_SIZE, QUANTIZE_Q, PAGED,
+                               stride_v_slot, stride_v_head, num_blocks, it0, PAGE_SIZE, PAGED,
                                seq_k_start)  # fmt: skip
         elif PAGED:
             _produce_paged(q_desc, q_smem, k_bufs, v_bufs, q_ready, k_ready, v_ready, kv_empty, q_row, q_col, k_ptr,
@@ -314,19 +315,17 @@ if HAS_GLUON:
                            stride_v_head, num_blocks, it0, PAGE_SIZE, VALID_D)  # fmt: skip
         else:
             _produce_tma(q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_ready, k_ready, v_ready, kv_empty, q_row,
-                         q_col, seq_k_start, kv_head * VALID_D, num_blocks, it0, FP8, QUANTIZE_Q)  # fmt: skip
+                         q_col, seq_k_start, kv_head * VALID_D, num_blocks, it0, FP8)  # fmt: skip
 
     @gluon.jit
     def _produce_tma(q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_ready, k_ready, v_ready, kv_empty,
-                     q_row, q_col, k_row, kv_col, num_blocks, it0, V_KEY_MAJOR: gl.constexpr,
-                     QUANTIZE_Q: gl.constexpr):  # fmt: skip
+                     q_row, q_col, k_row, kv_col, num_blocks, it0, V_KEY_MAJOR: gl.constexpr):  # fmt: skip
         # V_KEY_MAJOR: v_desc describes V's key-major copy [Hk * D, keys] in tiles [D, BLOCK_N].
-        # QUANTIZE_Q: the consumers fill q_smem themselves.
+        # QUANTIZE_Q: q_desc / q_smem are the 16-bit q and its staging tile, which the consumers round from.
         BLOCK_N: gl.constexpr = k_desc.block_type.shape[0]
         STAGES: gl.constexpr = k_bufs.type.shape[0]
-        if not QUANTIZE_Q:
-            mbarrier.expect(q_ready, q_desc.block_type.nbytes)
-            _tma_load(q_desc, [q_row, q_col], q_ready, q_smem)
+        mbarrier.expect(q_ready, q_desc.block_type.nbytes)
+        _tma_load(q_desc, [q_row, q_col], q_ready, q_smem)
         for j in range(num_blocks):
             s = (it0 + j) % STAGES
             # a fresh barrier's phase "1" counts as complete, so the first round does not wait
@@ -473,7 +472,7 @@ if HAS_GLUON:
                               q_col, k_ptr, v_ptr, block_table_ptr, seq, stride_bt_seq, num_cache_blocks, max_blocks,
                               seq_k_len, kv_head, stride_k_blk, stride_k_slot, stride_k_head, stride_v_blk,
                               stride_v_slot, stride_v_head, num_blocks, it0, PAGE_SIZE: gl.constexpr,
-                              QUANTIZE_Q: gl.constexpr, PAGED: gl.constexpr = True, seq_k_start=0):  # fmt: skip
+                              PAGED: gl.constexpr = True, seq_k_start=0):  # fmt: skip
         # fp8 K/V, paged (or contiguous with K widened: rows from seq_k_start on): gathered as _produce_paged does,
         # V into two staging tiles [BLOCK_N, D] that the producer warps transpose into the key-major slot
         # [D, BLOCK_N] (keys in FP8_KEY_ORDER per group of 16, as _to_p orders P: the fp8 P@V's K-major operand),
@@ -490,9 +489,8 @@ if HAS_GLUON:
         WIDEN_K: gl.constexpr = k_bufs.dtype.primitive_bitwidth == 16  # a 16-bit q: K widened to its type
         layout: gl.constexpr = gl.BlockedLayout([1, VEC], [32 // (HEAD_DIM // VEC), HEAD_DIM // VEC], [WARPS, 1],
                                                 [1, 0])  # fmt: skip
-        if not QUANTIZE_Q:
-            mbarrier.expect(q_ready, q_desc.block_type.nbytes)
-            _tma_load(q_desc, [q_row, q_col], q_ready, q_smem)
+        mbarrier.expect(q_ready, q_desc.block_type.nbytes)  # QUANTIZE_Q: the 16-bit q into its staging tile
+        _tma_load(q_desc, [q_row, q_col], q_ready, q_smem)
         o_row = gl.arange(0, CHUNK, layout=gl.SliceLayout(1, layout))
         o_d = gl.expand_dims(gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, layout)), 0)
         table_row = block_table_ptr + seq.to(gl.int64) * stride_bt_seq
@@ -722,21 +720,21 @@ if HAS_GLUON:
         _thread_barrier()
 
     @gluon.jit
-    def _quantize_q_rows(q_smem, q_low_smem, q_ptr, seq_q_start, seq_q_len, q_tile_start, q_head, stride_q_tok,
-                         stride_q_head, Q_MAX: gl.constexpr, Q_SPLIT: gl.constexpr,
-                         num_warps: gl.constexpr):  # fmt: skip
-        # This warpgroup's rows of a 16-bit q, each divided by a power of two that brings its largest |q| within
-        # Q_MAX, stored as fp8 into q_smem for the QK wgmma. Returns the row scales [ROWS] (exact: powers of two).
-        # Q_SPLIT: what that rounding left out (exact in fp32, at most half an fp8 step) goes to q_low_smem as a
-        # second fp8 term, 4 more bits of q: ~8 in all (bf16 has 8), where one term keeps 4.
+    def _quantize_q_rows(q_smem, q_low_smem, q_rows, q_ready, q_phase, valid_rows, Q_MAX: gl.constexpr,
+                         Q_SPLIT: gl.constexpr, num_warps: gl.constexpr):  # fmt: skip
+        # This warpgroup's rows of a 16-bit q (q_rows: the producer's staging tile, TMA-loaded, ready on q_ready;
+        # rows from valid_rows on are not the sequence's and count as zeros), each divided by a power of two that
+        # brings its largest |q| within Q_MAX, stored as fp8 into q_smem for the QK wgmma. Returns the row scales
+        # [ROWS] (exact: powers of two). Q_SPLIT: what that rounding left out (exact in fp32, at most half an fp8
+        # step) goes to q_low_smem as a second fp8 term, 4 more bits of q: ~8 in all (bf16 has 8), where one term
+        # keeps 4.
         ROWS: gl.constexpr = q_smem.type.shape[0]
         HEAD_DIM: gl.constexpr = q_smem.type.shape[1]
         layout: gl.constexpr = gl.BlockedLayout([1, 8], [32 // (HEAD_DIM // 8), HEAD_DIM // 8], [num_warps, 1], [1, 0])
-        o_row = q_tile_start + gl.arange(0, ROWS, layout=gl.SliceLayout(1, layout))
-        o_d = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, layout))
-        i_tok = (seq_q_start + o_row).to(gl.int64)
-        p_q = q_ptr + gl.expand_dims(i_tok * stride_q_tok, 1) + q_head * stride_q_head + gl.expand_dims(o_d, 0)
-        b_q = gl.load(p_q, mask=gl.expand_dims(o_row < seq_q_len, 1), other=0.0).to(gl.float32)
+        o_row = gl.arange(0, ROWS, layout=gl.SliceLayout(1, layout))
+        mbarrier.wait(q_ready, q_phase)
+        b_q = q_rows.load(layout).to(gl.float32)
+        b_q = gl.where(gl.expand_dims(o_row < valid_rows, 1), b_q, 0.0)
         q_amax = gl.max(gl.abs(b_q), 1)  # [ROWS]
         row_scale = gl.where(q_amax > 0.0, gl.exp2(gl.ceil(gl.log2(gl.maximum(q_amax, 1e-30) / Q_MAX))), 1.0)
         b_q = b_q * gl.expand_dims(1.0 / row_scale, 1)
@@ -749,14 +747,17 @@ if HAS_GLUON:
         return row_scale
 
     @gluon.jit
-    def _consumer(q_tile_smem, k_bufs, v_bufs, q_ready, k_ready, v_ready, kv_empty, turns, q_ptr, out_ptr, lse_ptr,
+    def _consumer(q_tile_smem, k_bufs, v_bufs, q_ready, k_ready, v_ready, kv_empty, turns, q_src, out_ptr, lse_ptr,
                   seq_q_start, seq_q_len, q_tile_start, q_head, seq_k_len, num_blocks, key_shift, qk_scale, out_scale,
                   stride_q_tok, stride_q_head, stride_o_tok, stride_o_head, stride_lse_head, ROW0: gl.constexpr,
                   ROWS: gl.constexpr, CAUSAL: gl.constexpr, PINGPONG: gl.constexpr, RETURN_LSE: gl.constexpr,
                   ZERO_TAIL: gl.constexpr, FP8: gl.constexpr, P_SCALE_LOG2: gl.constexpr, TWO_LEVEL: gl.constexpr,
                   QUANTIZE_Q: gl.constexpr, Q_MAX: gl.constexpr, num_warps: gl.constexpr, it0=0, turn0=0,
-                  q_phase=0, CARRY_F32: gl.constexpr = False, VALID_D: gl.constexpr = 0):  # fmt: skip
+                  q_phase=0, CARRY_F32: gl.constexpr = False, VALID_D: gl.constexpr = 0, q_empty=0,
+                  RELEASE_Q: gl.constexpr = False):  # fmt: skip
         # This warpgroup's ROWS query rows start at row ROW0 of the tile; both warpgroups walk the tile's blocks.
+        # QUANTIZE_Q: q_src is the tile's 16-bit q staged by the producer [BLOCK_M, D], rounded here into q_tile_smem
+        # (see _quantize_q_rows); else unused. RELEASE_Q: arrive on q_empty once rounded (the persistent grid).
         # VALID_D < HEAD_DIM: a head size padded to the tiles' width. The boxes' extra columns hold the next head's
         # values (zeros past the last head): zeroed in Q, so K's cancel in QK; O's are not stored.
         # it0 / turn0 / q_phase: K/V blocks, wgmma turns and Q loads of this program's earlier tiles (persistent).
@@ -808,8 +809,10 @@ if HAS_GLUON:
         b_o = gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, o_layout)
 
         if QUANTIZE_Q:
-            row_scale = _quantize_q_rows(q_smem, q_low_smem, q_ptr, seq_q_start, seq_q_len, q_tile_start, q_head,
-                                         stride_q_tok, stride_q_head, Q_MAX, Q_SPLIT, num_warps)  # fmt: skip
+            row_scale = _quantize_q_rows(q_smem, q_low_smem, q_src.slice(ROW0, ROWS, dim=0), q_ready, q_phase,
+                                         seq_q_len - q_tile_start, Q_MAX, Q_SPLIT, num_warps)  # fmt: skip
+            if RELEASE_Q:
+                mbarrier.arrive(q_empty, count=1)  # the staging tile is read (and fenced): the next q may load
             qk_scale = gl.convert_layout(row_scale, row_layout) * qk_scale
         else:
             mbarrier.wait(q_ready, q_phase)
@@ -900,7 +903,7 @@ if HAS_GLUON:
             gl.store(lse_ptr + q_head.to(gl.int64) * stride_lse_head + i_tok_r, lse, mask=q_pos < seq_q_len)
 
     @gluon.jit
-    def _consumer_default(q_tile_smem, k_bufs, v_bufs, q_ready, k_ready, v_ready, kv_empty, turns, q_ptr, out_ptr,
+    def _consumer_default(q_tile_smem, k_bufs, v_bufs, q_ready, k_ready, v_ready, kv_empty, turns, q_src, out_ptr,
                           lse_ptr, seq_q_start, seq_q_len, q_tile_start, q_head, seq_k_len, num_blocks, key_shift,
                           qk_scale, out_scale, stride_q_tok, stride_q_head, stride_o_tok, stride_o_head,
                           stride_lse_head,
@@ -910,7 +913,7 @@ if HAS_GLUON:
                           Q_MAX: gl.constexpr, num_warps: gl.constexpr, it0, turn0, q_phase,
                           CARRY_F32: gl.constexpr, VALID_D: gl.constexpr):  # fmt: skip
         # the default partition of gl.warp_specialize must return a tuple
-        _consumer(q_tile_smem, k_bufs, v_bufs, q_ready, k_ready, v_ready, kv_empty, turns, q_ptr, out_ptr, lse_ptr,
+        _consumer(q_tile_smem, k_bufs, v_bufs, q_ready, k_ready, v_ready, kv_empty, turns, q_src, out_ptr, lse_ptr,
                   seq_q_start, seq_q_len, q_tile_start, q_head, seq_k_len, num_blocks, key_shift, qk_scale, out_scale,
                   stride_q_tok, stride_q_head, stride_o_tok, stride_o_head, stride_lse_head, ROW0, ROWS, CAUSAL,
                   PINGPONG, RETURN_LSE, ZERO_TAIL, FP8, P_SCALE_LOG2, TWO_LEVEL, QUANTIZE_Q, Q_MAX, num_warps, it0,
@@ -989,8 +992,7 @@ if HAS_GLUON:
         )  # fmt: skip
         if process & (num_blocks > 0):
             qb = items % Q_BUFS
-            if not QUANTIZE_Q:
-                mbarrier.wait(q_empty.index(qb), ((items // Q_BUFS) & 1) ^ 1)
+            mbarrier.wait(q_empty.index(qb), ((items // Q_BUFS) & 1) ^ 1)
             _producer(q_desc, k_desc, v_desc, q_bufs.index(qb), k_bufs, v_bufs, v_stage, q_ready.index(qb), k_ready,
                       v_ready, kv_empty, seq_q_start + q_tile_start, q_head * VALID_D, seq_k_start - key_shift,
                       k_ptr, v_ptr, block_table_ptr, seq, stride_bt_seq, num_cache_blocks, max_blocks, seq_k_len,
@@ -1065,7 +1067,7 @@ if HAS_GLUON:
 
     @gluon.jit
     def _consume_work(work, it, items, q_bufs, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, kv_empty, turns,
-                             q_ptr, out_ptr, lse_ptr, cu_seqlens_q_ptr, cu_seqlens_k_ptr, seqused_k_ptr, q_descale_ptr,
+                             q_src, out_ptr, lse_ptr, cu_seqlens_q_ptr, cu_seqlens_k_ptr, seqused_k_ptr, q_descale_ptr,
                              k_descale_ptr, v_descale_ptr, num_seqs, total_q, total_k, max_blocks, softmax_scale,
                              stride_q_tok, stride_q_head, stride_o_tok, stride_o_head, stride_lse_head,
                              stride_qdesc_seq, stride_qdesc_head, stride_kdesc_seq, stride_kdesc_head,
@@ -1101,19 +1103,24 @@ if HAS_GLUON:
                                               stride_kdesc_head, stride_vdesc_seq, stride_vdesc_head,
                                               HAS_Q_DESCALE, HAS_K_DESCALE, HAS_V_DESCALE)  # fmt: skip
                 qb = items % Q_BUFS
+                if QUANTIZE_Q:
+                    q_tile_src = q_src.index(qb)  # the 16-bit q the producer staged for this tile
+                else:
+                    q_tile_src = q_src
                 _consumer(q_bufs.index(qb), k_bufs, v_bufs, q_ready.index(qb), k_ready, v_ready, kv_empty, turns,
-                          q_ptr, out_ptr, lse_ptr, seq_q_start, seq_q_len, q_tile_start, q_head, seq_k_len,
+                          q_tile_src, out_ptr, lse_ptr, seq_q_start, seq_q_len, q_tile_start, q_head, seq_k_len,
                           num_blocks, key_shift, qk_scale, out_scale, stride_q_tok, stride_q_head, stride_o_tok,
                           stride_o_head, stride_lse_head, ROW0, ROWS, CAUSAL, PINGPONG, RETURN_LSE, ZERO_TAIL,
                           FP8, P_SCALE_LOG2, TWO_LEVEL, QUANTIZE_Q, Q_MAX, num_warps, it, it + items,
-                          (items // Q_BUFS) & 1, CARRY_F32, VALID_D)  # fmt: skip
-                mbarrier.arrive(q_empty.index(qb), count=1)  # this warpgroup's QK wgmmas are done with it
+                          (items // Q_BUFS) & 1, CARRY_F32, VALID_D, q_empty.index(qb), QUANTIZE_Q)  # fmt: skip
+                if not QUANTIZE_Q:  # (QUANTIZE_Q: handed back once rounded, in _consumer)
+                    mbarrier.arrive(q_empty.index(qb), count=1)  # this warpgroup's QK wgmmas are done with it
                 it += num_blocks
                 items += 1
         return it, items
 
     @gluon.jit
-    def _consumer_persistent(q_bufs, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, kv_empty, turns, q_ptr,
+    def _consumer_persistent(q_bufs, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, kv_empty, turns, q_src,
                              out_ptr, lse_ptr, cu_seqlens_q_ptr, cu_seqlens_k_ptr, seqused_k_ptr, q_descale_ptr,
                              k_descale_ptr, v_descale_ptr, num_seqs, total_q, total_k, max_blocks, softmax_scale,
                              stride_q_tok, stride_q_head, stride_o_tok, stride_o_head, stride_lse_head,
@@ -1138,7 +1145,7 @@ if HAS_GLUON:
             work, seq = _take_work(work_ids, work_ready, work_empty, taken, num_warps)
             while work < total:
                 it, items = _consume_work(work, it, items, q_bufs, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready,
-                    kv_empty, turns, q_ptr, out_ptr, lse_ptr, cu_seqlens_q_ptr, cu_seqlens_k_ptr, seqused_k_ptr,
+                    kv_empty, turns, q_src, out_ptr, lse_ptr, cu_seqlens_q_ptr, cu_seqlens_k_ptr, seqused_k_ptr,
                     q_descale_ptr, k_descale_ptr, v_descale_ptr, num_seqs, total_q, total_k, max_blocks, softmax_scale,
                     stride_q_tok, stride_q_head, stride_o_tok, stride_o_head, stride_lse_head, stride_qdesc_seq,
                     stride_qdesc_head, stride_kdesc_seq, stride_kdesc_head, stride_vdesc_seq, stride_vdesc_head,
@@ -1150,7 +1157,7 @@ if HAS_GLUON:
         else:
             for work in range(gl.program_id(0), n_tile_slots * num_q_heads, gl.num_programs(0)):
                 it, items = _consume_work(work, it, items, q_bufs, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready,
-                    kv_empty, turns, q_ptr, out_ptr, lse_ptr, cu_seqlens_q_ptr, cu_seqlens_k_ptr, seqused_k_ptr,
+                    kv_empty, turns, q_src, out_ptr, lse_ptr, cu_seqlens_q_ptr, cu_seqlens_k_ptr, seqused_k_ptr,
                     q_descale_ptr, k_descale_ptr, v_descale_ptr, num_seqs, total_q, total_k, max_blocks, softmax_scale,
                     stride_q_tok, stride_q_head, stride_o_tok, stride_o_head, stride_lse_head, stride_qdesc_seq,
                     stride_qdesc_head, stride_kdesc_seq, stride_kdesc_head, stride_vdesc_seq, stride_vdesc_head,
@@ -1160,7 +1167,7 @@ if HAS_GLUON:
 
     @gluon.jit
     def _consumer_persistent_default(q_bufs, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, kv_empty, turns,
-                                     q_ptr, out_ptr, lse_ptr, cu_seqlens_q_ptr, cu_seqlens_k_ptr, seqused_k_ptr,
+                                     q_src, out_ptr, lse_ptr, cu_seqlens_q_ptr, cu_seqlens_k_ptr, seqused_k_ptr,
                                      q_descale_ptr, k_descale_ptr, v_descale_ptr, num_seqs, total_q, total_k,
                                      max_blocks, softmax_scale, stride_q_tok, stride_q_head, stride_o_tok,
                                      stride_o_head, stride_lse_head, stride_qdesc_seq, stride_qdesc_head,
@@ -1175,7 +1182,7 @@ if HAS_GLUON:
                                      HAS_V_DESCALE: gl.constexpr, num_warps: gl.constexpr,
                                      CARRY_F32: gl.constexpr, VALID_D: gl.constexpr, sched_ptr, work_ids,
                                      work_ready, work_empty, DYNAMIC: gl.constexpr):  # fmt: skip
-        _consumer_persistent(q_bufs, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, kv_empty, turns, q_ptr,
+        _consumer_persistent(q_bufs, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, kv_empty, turns, q_src,
                              out_ptr, lse_ptr, cu_seqlens_q_ptr, cu_seqlens_k_ptr, seqused_k_ptr, q_descale_ptr,
                              k_descale_ptr, v_descale_ptr, num_seqs, total_q, total_k, max_blocks, softmax_scale,
                              stride_q_tok, stride_q_head, stride_o_tok, stride_o_head, stride_lse_head,
@@ -1200,7 +1207,8 @@ if HAS_GLUON:
         k_desc,  # k as [total_k, Hk * D], blocks [BLOCK_N, D] (PAGED: only its block shape and layout are used)
         v_desc,  # v as [total_k, Hk * D], blocks [BLOCK_N, D] (PAGED: as k_desc; FP8: [Hk * D, keys], [D, BLOCK_N];
         # gathered fp8 widened to 16 bits: an fp16 [BLOCK_N, D] block type, never loaded through)
-        q_ptr,  # QUANTIZE_Q: the 16-bit q [total_q, Hq, D]; else unused
+        q16_desc,  # QUANTIZE_Q: the 16-bit q as [total_q, Hq * D] in blocks [BLOCK_M, D], staged for the consumers'
+        # rounding; else q_desc again
         k_ptr,  # PAGED: [num_cache_blocks, PAGE_SIZE, Hk, D] (any strides, D contiguous); else unused
         v_ptr,  # PAGED: as k_ptr
         out_ptr,  # [total_q, Hq, D]
@@ -1313,6 +1321,10 @@ if HAS_GLUON:
         FIRST: gl.constexpr = 0
         if PERSISTENT:
             q_bufs = gl.allocate_shared_memory(q_desc.dtype, [Q_BUFS, Q_ROWS, HEAD_DIM], q_desc.layout)
+            if QUANTIZE_Q:  # the producer's TMA stages the 16-bit q here, a tile ahead; the consumers round it
+                q_stage = gl.allocate_shared_memory(q16_desc.dtype, [Q_BUFS, BLOCK_M, HEAD_DIM], q16_desc.layout)
+            else:
+                q_stage = q_bufs
             if WIDEN_K:
                 k_bufs = gl.allocate_shared_memory(q_desc.dtype, [STAGES, BLOCK_N, HEAD_DIM], q_desc.layout)
             else:
@@ -1355,7 +1367,7 @@ if HAS_GLUON:
             gl.warp_specialize(
                 [
                     (_consumer_persistent_default, (
-                        q_bufs, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, kv_empty, turns, q_ptr, out_ptr,
+                        q_bufs, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, kv_empty, turns, q_stage, out_ptr,
                         lse_ptr, cu_seqlens_q_ptr, cu_seqlens_k_ptr, seqused_k_ptr, q_descale_ptr, k_descale_ptr,
                         v_descale_ptr, num_seqs, total_q, total_k, max_blocks, softmax_scale, stride_q_tok,
                         stride_q_head, stride_o_tok, stride_o_head, stride_lse_head, stride_qdesc_seq,
@@ -1365,7 +1377,7 @@ if HAS_GLUON:
                         QUANTIZE_Q, Q_MAX, HAS_Q_DESCALE, HAS_K_DESCALE, HAS_V_DESCALE, num_warps, P_CARRY_F32,
                         VALID_D, sched_ptr, work_ids, work_ready, work_empty, DYNAMIC)),
                     (_consumer_persistent, (
-                        q_bufs, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, kv_empty, turns, q_ptr, out_ptr,
+                        q_bufs, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, kv_empty, turns, q_stage, out_ptr,
                         lse_ptr, cu_seqlens_q_ptr, cu_seqlens_k_ptr, seqused_k_ptr, q_descale_ptr, k_descale_ptr,
                         v_descale_ptr, num_seqs, total_q, total_k, max_blocks, softmax_scale, stride_q_tok,
                         stride_q_head, stride_o_tok, stride_o_head, stride_lse_head, stride_qdesc_seq,
@@ -1375,7 +1387,7 @@ if HAS_GLUON:
                         QUANTIZE_Q, Q_MAX, HAS_Q_DESCALE, HAS_K_DESCALE, HAS_V_DESCALE, num_warps, P_CARRY_F32,
                         VALID_D, sched_ptr, work_ids, work_ready, work_empty, DYNAMIC)),
                     (_producer_persistent, (
-                        q_desc, k_desc, v_desc, q_bufs, k_bufs, v_bufs, v_stage, q_ready, q_empty, k_ready, v_ready,
+                        q16_desc, k_desc, v_desc, q_stage, k_bufs, v_bufs, v_stage, q_ready, q_empty, k_ready, v_ready,
                         kv_empty,
                         k_ptr, v_ptr, cu_seqlens_q_ptr, cu_seqlens_k_ptr, seqused_k_ptr, block_table_ptr, num_seqs,
                         total_q, total_k, num_cache_blocks, max_blocks, stride_bt_seq, stride_k_blk, stride_k_slot,
@@ -1389,7 +1401,7 @@ if HAS_GLUON:
                 [WORKER_REGS, PERSISTENT_PRODUCER_REGS if not GATHER else PRODUCER_REGS_],
             )  # fmt: skip
         else:
-            _tile_program(q_desc, k_desc, v_desc, q_ptr, k_ptr, v_ptr, out_ptr, lse_ptr, cu_seqlens_q_ptr,
+            _tile_program(q_desc, k_desc, v_desc, q16_desc, k_ptr, v_ptr, out_ptr, lse_ptr, cu_seqlens_q_ptr,
                           cu_seqlens_k_ptr, seqused_k_ptr, block_table_ptr, q_descale_ptr, k_descale_ptr,
                           v_descale_ptr, num_seqs, total_q, total_k, num_cache_blocks, max_blocks, softmax_scale,
                           stride_q_tok, stride_q_head, stride_o_tok, stride_o_head, stride_lse_head, stride_bt_seq,
@@ -1402,7 +1414,7 @@ if HAS_GLUON:
                           P_CARRY_F32, num_warps, VALID_D, Q_ROWS)  # fmt: skip
 
     @gluon.jit
-    def _tile_program(q_desc, k_desc, v_desc, q_ptr, k_ptr, v_ptr, out_ptr, lse_ptr, cu_seqlens_q_ptr,
+    def _tile_program(q_desc, k_desc, v_desc, q16_desc, k_ptr, v_ptr, out_ptr, lse_ptr, cu_seqlens_q_ptr,
                       cu_seqlens_k_ptr, seqused_k_ptr, block_table_ptr, q_descale_ptr, k_descale_ptr, v_descale_ptr,
                       num_seqs, total_q, total_k, num_cache_blocks, max_blocks, softmax_scale, stride_q_tok,
                       stride_q_head, stride_o_tok, stride_o_head, stride_lse_head, stride_bt_seq, stride_k_blk,
@@ -1438,6 +1450,10 @@ if HAS_GLUON:
                 WIDEN_K: gl.constexpr = FP8 and q_desc.dtype.primitive_bitwidth == 16  # as the kernel's
                 GATHER: gl.constexpr = (PAGED and not PAGED_TMA) or (FP8 and v_desc.dtype.primitive_bitwidth == 16)
                 q_smem = gl.allocate_shared_memory(q_desc.dtype, [Q_ROWS, HEAD_DIM], q_desc.layout)
+                if QUANTIZE_Q:  # the producer's TMA stages the 16-bit q here; the consumers round it into q_smem
+                    q_stage = gl.allocate_shared_memory(q16_desc.dtype, [BLOCK_M, HEAD_DIM], q16_desc.layout)
+                else:
+                    q_stage = q_smem
                 if WIDEN_K:
                     k_bufs = gl.allocate_shared_memory(q_desc.dtype, [STAGES, BLOCK_N, HEAD_DIM], q_desc.layout)
                 else:
@@ -1486,21 +1502,22 @@ if HAS_GLUON:
                 gl.warp_specialize(
                     [
                         (_consumer_default, (q_smem, k_bufs, v_bufs, q_ready, k_ready, v_ready, kv_empty, turns,
-                                             q_ptr, out_ptr, lse_ptr, seq_q_start, seq_q_len, q_tile_start, q_head,
+                                             q_stage, out_ptr, lse_ptr, seq_q_start, seq_q_len, q_tile_start, q_head,
                                              seq_k_len, num_blocks, key_shift, qk_scale, out_scale, stride_q_tok,
                                              stride_q_head, stride_o_tok, stride_o_head, stride_lse_head, FIRST,
                                              HALF, CAUSAL, PINGPONG, RETURN_LSE, ZERO_TAIL, FP8, P_SCALE_LOG2,
                                              TWO_LEVEL, QUANTIZE_Q, Q_MAX, num_warps, 0, 0, 0, P_CARRY_F32,
                                              VALID_D)),
-                        (_consumer, (q_smem, k_bufs, v_bufs, q_ready, k_ready, v_ready, kv_empty, turns, q_ptr,
+                        (_consumer, (q_smem, k_bufs, v_bufs, q_ready, k_ready, v_ready, kv_empty, turns, q_stage,
                                      out_ptr, lse_ptr, seq_q_start, seq_q_len, q_tile_start, q_head, seq_k_len,
                                      num_blocks, key_shift, qk_scale, out_scale, stride_q_tok, stride_q_head,
                                      stride_o_tok, stride_o_head, stride_lse_head, HALF, HALF, CAUSAL, PINGPONG,
                                      RETURN_LSE, ZERO_TAIL, FP8, P_SCALE_LOG2, TWO_LEVEL, QUANTIZE_Q, Q_MAX,
                                      num_warps, 0, 0, 0, P_CARRY_F32, VALID_D)),
-                        (_producer, (q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, v_stage, q_ready, k_ready, v_ready,
-                                     kv_empty, seq_q_start + q_tile_start, q_head * VALID_D, seq_k_start - key_shift,
-                                     k_ptr, v_ptr, block_table_ptr, seq, stride_bt_seq, num_cache_blocks, max_blocks,
+                        (_producer, (q16_desc, k_desc, v_desc, q_stage, k_bufs, v_bufs, v_stage, q_ready, k_ready,
+                                     v_ready, kv_empty, seq_q_start + q_tile_start, q_head * VALID_D,
+                                     seq_k_start - key_shift, k_ptr, v_ptr, block_table_ptr, seq, stride_bt_seq,
+                                     num_cache_blocks, max_blocks,
                                      seq_k_len, kv_head, stride_k_blk, stride_k_slot, stride_k_head, stride_v_blk,
                                      stride_v_slot, stride_v_head, k_rows_per_block, k_rows_per_head,
                                      k_cols_per_head, v_rows_per_block, v_rows_per_head, v_cols_per_head,
@@ -1631,15 +1648,16 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
         kv_strides = (0,) * 6
         page_size, num_cache_blocks, max_blocks = 1, 1, 1
         total_k = k.shape[0]
-    # QUANTIZE_Q: the consumers load q themselves; the descriptor (never loaded) only gives q's fp8 tiles
+    # QUANTIZE_Q: q_desc (never loaded) only gives q's fp8 tiles; the producer loads the 16-bit q through q16_desc
     q_desc = _layout_descriptor(BLOCK_M, head_dim, k.dtype, q.device) if quantize_q else descriptor(q, BLOCK_M)
+    q16_desc = descriptor(q, BLOCK_M) if quantize_q else q_desc
     n_tile_slots = total_q // BLOCK_M + num_seqs
     if persistent_programs > 0:
         grid: tuple[int, ...] = (max(1, min(persistent_programs, num_q_heads * n_tile_slots)),)
     else:
         grid = (num_q_heads, n_tile_slots)
     args = (
-        q_desc, k_desc, v_desc, q,
+        q_desc, k_desc, v_desc, q16_desc,
         k if paged or widened_v else out, v if paged or widened_v else out, out, lse if lse is not None else out,
         cu_seqlens_q, cu_seqlens_k if cu_seqlens_k is not None else cu_seqlens_q,
         seqused_k if seqused_k is not None else cu_seqlens_q,
@@ -1683,8 +1701,10 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
         and not (paged and not paged_tma)
         and persistent_programs == 0,
         PERSISTENT=persistent_programs > 0,
-        # a second Q buffer (the next tile's Q loads during this one) where shared memory has room: not at D 256
-        Q_BUFS=2 if persistent_programs > 0 and head_dim <= 128 else 1,
+        # a second Q buffer (the next tile's Q loads during this one) where shared memory has room: not at D 256.
+        # QUANTIZE_Q needs one: the consumers hand the 16-bit staging tile back once they have rounded it (early in
+        # the tile, so the next one loads during this one) and each warpgroup rewrites only its own fp8 rows
+        Q_BUFS=2 if persistent_programs > 0 and head_dim <= 128 and not quantize_q else 1,
         VALID_D=valid_d,
         DYNAMIC=dynamic and persistent_programs > 0,
     )
