@@ -96,8 +96,9 @@ def tile_head_dim(head_dim: int) -> int:
     return 64 if head_dim <= 64 else 128 if head_dim <= 128 else 256
 
 
-# K widened by the producer: block j's k_ready comes after block j + 1's gather, which waits for slot j + 1 - STAGES to
-# be released, which the consumers do after block j's QK. Two slots deadlock (H200, session 10: every D 64 test hung)
+# K widened by the producer: while its copies waited for a free ring slot, block j's k_ready came after block j + 1's
+# gather, which waited for slot j + 1 - STAGES, released after block j's QK: two slots deadlocked (H200, session 10:
+# every D 64 test hung). The copies now go to staging tiles without that wait (session 12); 3 slots are kept
 WIDENED_K_MIN_STAGES = 3
 
 
@@ -437,14 +438,17 @@ if HAS_GLUON:
                           seq_k_start=0):  # fmt: skip
         # Block j's K rows into its ring slot (k_ready once they land) and its V rows into staging tile j % 2, as
         # one cp.async group; keys past the sequence zero-filled. 16-bit K slots (K widened): K's rows go to
-        # staging tile 2 + j % 2 instead, and the widening producer arrives on k_ready. Not PAGED: contiguous K/V
-        # (rows from seq_k_start on, stride_*_slot between tokens).
+        # staging tile 2 + j % 2 instead, and the widening producer arrives on k_ready; nothing lands in the ring
+        # then, so the copies need no free slot (the widening waits for it): they run ahead of the consumers by
+        # the staging tiles, not by the ring. Not PAGED: contiguous K/V (rows from seq_k_start on, stride_*_slot
+        # between tokens).
         STAGES: gl.constexpr = k_bufs.type.shape[0]
         BLOCK_N: gl.constexpr = k_bufs.type.shape[1]
         CHUNK: gl.constexpr = PAGE_SIZE if PAGED and PAGE_SIZE < BLOCK_N else BLOCK_N
         WIDEN_K: gl.constexpr = k_bufs.dtype.primitive_bitwidth == 16
         s = (it0 + j) % STAGES
-        mbarrier.wait(kv_empty.index(s), (((it0 + j) // STAGES) & 1) ^ 1)
+        if not WIDEN_K:
+            mbarrier.wait(kv_empty.index(s), (((it0 + j) // STAGES) & 1) ^ 1)
         for c in gl.static_range(BLOCK_N // CHUNK):
             key0 = j * BLOCK_N + c * CHUNK
             valid = gl.expand_dims(key0 + o_row < seq_k_len, 1)
@@ -520,7 +524,8 @@ if HAS_GLUON:
             else:
                 # 16-bit slots [BN, D] (fp8 -> fp16 / bf16 is exact): rows widened in place, a few rows at a time so
                 # the values fit the producer's registers; no transpose, no reorder (a 16-bit P@V reads V row-major)
-                if WIDEN_K:
+                if WIDEN_K:  # the ring slot's wait, which _gather_block_fp8 leaves to this point
+                    mbarrier.wait(kv_empty.index(s), (((it0 + j) // STAGES) & 1) ^ 1)
                     for r in gl.static_range(BLOCK_N // WIDEN_ROWS):
                         b_k = v_stage.index(2 + j % 2).slice(r * WIDEN_ROWS, WIDEN_ROWS).load(layout)
                         k_bufs.index(s).slice(r * WIDEN_ROWS, WIDEN_ROWS).store(b_k.to(k_bufs.dtype))
