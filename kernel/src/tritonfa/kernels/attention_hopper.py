@@ -294,7 +294,7 @@ if HAS_GLUON:
                   seq_k_len, kv_head, stride_k_blk, stride_k_slot, stride_k_head, stride_v_blk, stride_v_slot,
                   stride_v_head, k_rows_per_block, k_rows_per_head, k_cols_per_head, v_rows_per_block,
                   v_rows_per_head, v_cols_per_head, num_blocks, it0, PAGED: gl.constexpr, PAGE_SIZE: gl.constexpr,
-                  PAGED_TMA: gl.constexpr, FP8: gl.constexpr, QUANTIZE_Q: gl.constexpr,
+                  PAGED_TMA: gl.constexpr, FP8: gl.constexpr,
                   VALID_D: gl.constexpr):  # fmt: skip
         # it0: K/V blocks this program's producer has loaded before this tile (the ring's slot and phase go on).
         # VALID_D: the head size of q/k/v (<= the tiles' D; see _consumer)
@@ -982,7 +982,7 @@ if HAS_GLUON:
                              v_cols_per_head, n_tile_slots, num_q_heads, GROUP: gl.constexpr, CAUSAL: gl.constexpr,
                              PAGED: gl.constexpr, PAGE_SIZE: gl.constexpr, PAGED_TMA: gl.constexpr,
                              HAS_SEQUSED: gl.constexpr, SEQ_FILTER: gl.constexpr, DECODE_MAX_Q: gl.constexpr,
-                             FP8: gl.constexpr, QUANTIZE_Q: gl.constexpr, VALID_D: gl.constexpr, seq_known=0,
+                             FP8: gl.constexpr, VALID_D: gl.constexpr, seq_known=0,
                              SEQ_KNOWN: gl.constexpr = False):  # fmt: skip
         # One work item of the persistent producer (see _producer_persistent); returns the updated counts
         BLOCK_M: gl.constexpr = q_desc.block_type.shape[0]
@@ -1004,7 +1004,7 @@ if HAS_GLUON:
                       q_head // GROUP, stride_k_blk, stride_k_slot, stride_k_head, stride_v_blk, stride_v_slot,
                       stride_v_head, k_rows_per_block, k_rows_per_head, k_cols_per_head, v_rows_per_block,
                       v_rows_per_head, v_cols_per_head, num_blocks, it, PAGED, PAGE_SIZE, PAGED_TMA, FP8,
-                      QUANTIZE_Q, VALID_D)  # fmt: skip
+                      VALID_D)  # fmt: skip
             it += num_blocks
             items += 1
         return it, items
@@ -1018,10 +1018,10 @@ if HAS_GLUON:
                              v_cols_per_head, n_tile_slots, num_q_heads, GROUP: gl.constexpr, CAUSAL: gl.constexpr,
                              PAGED: gl.constexpr, PAGE_SIZE: gl.constexpr, PAGED_TMA: gl.constexpr,
                              HAS_SEQUSED: gl.constexpr, SEQ_FILTER: gl.constexpr, DECODE_MAX_Q: gl.constexpr,
-                             FP8: gl.constexpr, QUANTIZE_Q: gl.constexpr, VALID_D: gl.constexpr, sched_ptr, work_ids,
+                             FP8: gl.constexpr, VALID_D: gl.constexpr, sched_ptr, work_ids,
                              work_ready, work_empty, DYNAMIC: gl.constexpr):  # fmt: skip
         # The producer's walk over this program's work items: Q into the next of Q_BUFS buffers once the consumers
-        # are done with it, K/V blocks into the ring, whose slots and phases run on from tile to tile.
+        # are done with it (QUANTIZE_Q: q_desc / q_bufs are the 16-bit q and its staging tiles), K/V blocks into the ring, whose slots and phases run on from tile to tile.
         # DYNAMIC: items are taken from a counter shared by all programs (sched_ptr: [base, tickets], int64), so a
         # program that finishes early takes the next item instead of a fixed share; each item goes to the consumers
         # through work_ids. Every program's last ticket is past the last item (total), so a launch hands out exactly
@@ -1054,7 +1054,7 @@ if HAS_GLUON:
                         stride_bt_seq, stride_k_blk, stride_k_slot, stride_k_head, stride_v_blk, stride_v_slot,
                         stride_v_head, k_rows_per_block, k_rows_per_head, k_cols_per_head, v_rows_per_block,
                         v_rows_per_head, v_cols_per_head, n_tile_slots, num_q_heads, GROUP, CAUSAL, PAGED, PAGE_SIZE,
-                        PAGED_TMA, HAS_SEQUSED, SEQ_FILTER, DECODE_MAX_Q, FP8, QUANTIZE_Q, VALID_D, seq,
+                        PAGED_TMA, HAS_SEQUSED, SEQ_FILTER, DECODE_MAX_Q, FP8, VALID_D, seq,
                         True)  # fmt: skip
                 work = next_work
             _give_work(work_ids, work_ready, work_empty, given, total, 0, gl.num_warps())  # the consumers stop
@@ -1068,7 +1068,7 @@ if HAS_GLUON:
                     stride_bt_seq, stride_k_blk, stride_k_slot, stride_k_head, stride_v_blk, stride_v_slot,
                     stride_v_head, k_rows_per_block, k_rows_per_head, k_cols_per_head, v_rows_per_block,
                     v_rows_per_head, v_cols_per_head, n_tile_slots, num_q_heads, GROUP, CAUSAL, PAGED, PAGE_SIZE,
-                    PAGED_TMA, HAS_SEQUSED, SEQ_FILTER, DECODE_MAX_Q, FP8, QUANTIZE_Q, VALID_D)  # fmt: skip
+                    PAGED_TMA, HAS_SEQUSED, SEQ_FILTER, DECODE_MAX_Q, FP8, VALID_D)  # fmt: skip
 
     @gluon.jit
     def _consume_work(work, it, items, q_bufs, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, kv_empty, turns,
@@ -1399,7 +1399,7 @@ if HAS_GLUON:
                         stride_k_head, stride_v_blk, stride_v_slot, stride_v_head, k_rows_per_block,
                         k_rows_per_head, k_cols_per_head, v_rows_per_block, v_rows_per_head, v_cols_per_head,
                         n_tile_slots, num_q_heads, GROUP, CAUSAL, PAGED, PAGE_SIZE, PAGED_TMA, HAS_SEQUSED,
-                        SEQ_FILTER, DECODE_MAX_Q, FP8, QUANTIZE_Q, VALID_D, sched_ptr, work_ids, work_ready,
+                        SEQ_FILTER, DECODE_MAX_Q, FP8, VALID_D, sched_ptr, work_ids, work_ready,
                         work_empty, DYNAMIC)),
                 ],
                 [num_warps, PRODUCER_WARPS],
@@ -1526,7 +1526,7 @@ if HAS_GLUON:
                                      seq_k_len, kv_head, stride_k_blk, stride_k_slot, stride_k_head, stride_v_blk,
                                      stride_v_slot, stride_v_head, k_rows_per_block, k_rows_per_head,
                                      k_cols_per_head, v_rows_per_block, v_rows_per_head, v_cols_per_head,
-                                     num_blocks, 0, PAGED, PAGE_SIZE, PAGED_TMA, FP8, QUANTIZE_Q, VALID_D)),
+                                     num_blocks, 0, PAGED, PAGE_SIZE, PAGED_TMA, FP8, VALID_D)),
                     ],
                     [num_warps, PRODUCER_WARPS],
                     [WORKER_REGS, PRODUCER_REGS_],
