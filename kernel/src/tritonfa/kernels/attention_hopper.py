@@ -1021,7 +1021,8 @@ if HAS_GLUON:
                              FP8: gl.constexpr, VALID_D: gl.constexpr, sched_ptr, work_ids,
                              work_ready, work_empty, DYNAMIC: gl.constexpr):  # fmt: skip
         # The producer's walk over this program's work items: Q into the next of Q_BUFS buffers once the consumers
-        # are done with it (QUANTIZE_Q: q_desc / q_bufs are the 16-bit q and its staging tiles), K/V blocks into the ring, whose slots and phases run on from tile to tile.
+        # are done with it (QUANTIZE_Q: q_desc / q_bufs are the 16-bit q and its staging tiles), K/V blocks into the
+        # ring, whose slots and phases run on from tile to tile.
         # DYNAMIC: items are taken from a counter shared by all programs (sched_ptr: [base, tickets], int64), so a
         # program that finishes early takes the next item instead of a fixed share; each item goes to the consumers
         # through work_ids. Every program's last ticket is past the last item (total), so a launch hands out exactly
