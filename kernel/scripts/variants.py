@@ -70,6 +70,9 @@ PREFILL_VARIANTS = {
     # contiguous fp8 K/V gathered and V widened (no key-major copy, a 16-bit P@V), 128-key blocks on the persistent grid
     "ws-fp8-v16-contiguous": {"ws_fp8_v16_contiguous": True},
     "ws-fp8-v16-contiguous-flat": {"ws_fp8_v16_contiguous": True, "ws_persistent": False},
+    # fp8 q with V widened (causal contiguous, paged): 64-key blocks in 4 slots, the keys in flight of 128 x 2 in
+    # smaller steps (what 16-bit pages gained in session 8); not for k16 (its 3+ slots of 16-bit K do not fit 4)
+    "ws-fp8-v16-bn64-s4": {"ws_block_n": 64, "ws_stages": 4},
     # the transposed V and fp8 P@V (session 8's paged fp8), for A/B against the widened V (the default since session 9)
     "ws-fp8-paged-v8": {"ws_fp8_paged_v16": False},
     # fp8 at D 128 with 64-key blocks: on the persistent grid (its consumers fit there with 64 keys)
