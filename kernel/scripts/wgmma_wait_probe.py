@@ -10,7 +10,9 @@ kernel is changed:
     .nox/crosscompile-triton-3-6-0/bin/python kernel/scripts/wgmma_wait_probe.py [--dump DIR]
 
 Shapes: `base` (the product kernel's order), `rescale-between` (O takes the previous block's factor between the two
-issues, FA3's older order), `rescale-first` (before both issues), `p-in-smem` (P@V's A operand from shared memory).
+issues, FA3's older order), `rescale-first` (before both issues), `p-in-smem` (P@V's A operand from shared memory),
+`rescale-between-handover` (with a ping-pong hand-over - an mbarrier arrive - after the P@V issue, as the Gluon
+prefill has), `handover-before-rescale` (the hand-over right after the QK issue).
 """
 
 from __future__ import annotations
@@ -25,13 +27,25 @@ import torch
 from triton.backends.compiler import GPUTarget
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, warpgroup_mma, warpgroup_mma_wait
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared,
+    mbarrier,
+    warpgroup_mma,
+    warpgroup_mma_wait,
+)
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "ci"))
 import crosscompile  # noqa: E402 - the repo's sm_90 cross-compile (Gluon kernels compiled from bound arguments)
 
-SHAPES = {"base": 0, "rescale-between": 1, "rescale-first": 2, "p-in-smem": 3}
+SHAPES = {
+    "base": 0,
+    "rescale-between": 1,
+    "rescale-first": 2,
+    "p-in-smem": 3,
+    "rescale-between-handover": 4,
+    "handover-before-rescale": 5,
+}
 
 
 @gluon.jit
@@ -54,16 +68,22 @@ def _probe_loop(q_desc, k_desc, out_ptr, n_blocks, SHAPE: gl.constexpr, num_warp
     l_i = gl.zeros([BM], gl.float32, row_layout)
     alpha_prev = gl.zeros([BM], gl.float32, row_layout)
     p = gl.zeros([BM, BN], gl.bfloat16, p_layout)
+    turn = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())  # a ping-pong hand-over's barrier
+    mbarrier.init(turn, count=1)
     for j in range(n_blocks):
         if SHAPE == 2:
             b_o = b_o * gl.expand_dims(gl.convert_layout(alpha_prev, gl.SliceLayout(1, o_layout)), 1)
         s_tok = warpgroup_mma(q_smem, k_smem.index(j % 2).permute((1, 0)), s_zero, use_acc=False, is_async=True)
-        if SHAPE == 1:
+        if SHAPE == 5:
+            mbarrier.arrive(turn, count=1)
+        if SHAPE == 1 or SHAPE == 4 or SHAPE == 5:
             b_o = b_o * gl.expand_dims(gl.convert_layout(alpha_prev, gl.SliceLayout(1, o_layout)), 1)
         if SHAPE == 3:
             o_tok = warpgroup_mma(p_smem, k_smem.index(1 - j % 2), b_o, is_async=True)
         else:
             o_tok = warpgroup_mma(p, k_smem.index(1 - j % 2), b_o, is_async=True)
+        if SHAPE == 4:
+            mbarrier.arrive(turn, count=1)
         b_s = warpgroup_mma_wait(num_outstanding=1, deps=(s_tok,))
         m_new = gl.maximum(m_i, gl.max(b_s, 1))
         alpha = gl.exp2(m_i - m_new)
@@ -77,7 +97,7 @@ def _probe_loop(q_desc, k_desc, out_ptr, n_blocks, SHAPE: gl.constexpr, num_warp
         else:
             b_o, p = warpgroup_mma_wait(num_outstanding=0, deps=(o_tok, p))
             p = gl.convert_layout(b_p.to(gl.bfloat16), p_layout)
-        if SHAPE == 1 or SHAPE == 2:
+        if SHAPE == 1 or SHAPE == 2 or SHAPE == 4 or SHAPE == 5:
             alpha_prev = alpha
         else:
             b_o = b_o * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
