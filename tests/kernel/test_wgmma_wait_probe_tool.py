@@ -37,4 +37,4 @@ def test_sequence_counts_runs_in_order():
     tool = load_tool()
     assert tool.sequence(SASS) == "3xHGMMA 1xDEPBAR 2xEX2 1xDEPBAR 1xEX2"
     assert tool.sequence("") == ""
-    assert set(tool.SHAPES) == {"base", "rescale-between", "rescale-first", "p-in-smem"}
+    assert {"base", "rescale-between", "rescale-first", "p-in-smem"} <= set(tool.SHAPES)
