@@ -110,6 +110,28 @@ def test_off_in_the_interpreter_and_by_environment(monkeypatch):
     assert not launch_module._enabled(), "a profiler's hook sees every launch"
 
 
+def test_on_with_triton_s_default_hooks(monkeypatch):
+    """Triton 3.6+ keeps launch hooks in a chain that is never None (the prepared launch was off on the H200 in
+    session 13 for that reason: every call bound its ~60 arguments); an empty chain is no hook, a filled one is."""
+    import triton
+
+    monkeypatch.setattr(triton.knobs.runtime, "interpret", False)
+    monkeypatch.setenv("TRITONFA_PREPARED_LAUNCH", "1")
+    assert launch_module._enabled(), "the installed Triton's default launch hooks"
+    chain = triton.knobs.runtime.launch_enter_hook
+    if hasattr(chain, "add"):
+
+        def hook(*args):
+            return None
+
+        chain.add(hook)
+        try:
+            assert not launch_module._enabled(), "a hook added to Triton's chain sees every launch"
+        finally:
+            chain.remove(hook)
+        assert launch_module._enabled()
+
+
 @pytest.mark.parametrize("arch", ["hopper", "ampere", "cdna3"])
 def test_every_planned_launch_binds_like_triton(arch):
     """For each kernel the launcher plans (cross_compile_specs' inputs, on meta tensors): the runtime arguments fill
@@ -153,3 +175,21 @@ def test_alternating_specializations_stay_correct(repeats):
     for _ in range(repeats):  # in the interpreter (no prepared launch) once: the inputs are valid calls
         for inputs in (base, shifted, wide):
             check_against_reference(inputs, atol, rtol, causal=True)
+
+
+def test_launch_hostcost_tool_cases_and_inputs():
+    """kernel/scripts/launch_hostcost.py: its case names and the paged batch it builds (on the CPU: shapes only)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "kernel" / "scripts" / "launch_hostcost.py"
+    spec = importlib.util.spec_from_file_location("launch_hostcost", path)
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    assert tool.parse_case("b1x256") == (1, 256, 1)
+    assert tool.parse_case("b1x2048q512") == (1, 2048, 512)
+    q, k, _, out, _, cu_seqlens_q, _, seqused_k, block_table, *rest = tool.launcher_args(3, 40, 5, "cpu")
+    assert q.shape == out.shape == (15, tool.HEADS, tool.HEAD_DIM)
+    assert cu_seqlens_q.tolist() == [0, 5, 10, 15] and seqused_k.tolist() == [40, 40, 40]
+    assert block_table.shape == (3, 3) and k.shape[0] == 9, "pages cover each sequence's 40 keys"
+    assert rest[-6:-4] == [5, 40], "max_seqlen_q, max_seqlen_k"

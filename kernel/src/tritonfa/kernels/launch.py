@@ -23,13 +23,18 @@ from triton.runtime import driver
 _COMPILED: dict[tuple, tuple[Any, list, tuple[int, ...]]] = {}
 
 
+def _no_hook(hook) -> bool:
+    # Triton >= 3.6 keeps its launch hooks in a HookChain that is never None: installed hooks are in its `calls`
+    return hook is None or (hasattr(hook, "calls") and not hook.calls)
+
+
 def _enabled() -> bool:
     knobs = triton.knobs
     return (
         os.environ.get("TRITONFA_PREPARED_LAUNCH", "1") != "0"
         and not knobs.runtime.interpret
-        and knobs.runtime.launch_enter_hook is None
-        and knobs.runtime.launch_exit_hook is None
+        and _no_hook(knobs.runtime.launch_enter_hook)
+        and _no_hook(knobs.runtime.launch_exit_hook)
     )
 
 

@@ -1,0 +1,82 @@
+"""Host time per launcher call (`attention_forward`: plan + launch), the prepared launch against Triton's binding.
+
+No vLLM needed (integration/scripts/hostcost.py measures the whole backend beside FA3). Paged bf16 K/V, Llama-3-8B's
+heads (32 q / 8 kv, D 128), 16-slot pages; per case the best of --repeats loops of --calls calls without a sync,
+in the order prepared, Triton, prepared (the first loop also warms). Outputs of both paths must be equal.
+
+    python kernel/scripts/launch_hostcost.py [--cases b1x256,b64x2048,b1x2048q512]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+
+import torch
+
+from tritonfa.kernels import launch as launch_module
+from tritonfa.kernels.attention import attention_forward
+
+HEADS, KV_HEADS, HEAD_DIM, PAGE = 32, 8, 128, 16
+
+
+def parse_case(text: str) -> tuple[int, int, int]:
+    """b<batch>x<kv len>[q<query len>] -> (batch, kv len, query len)."""
+    batch, rest = text.removeprefix("b").split("x")
+    ctx, _, query = rest.partition("q")
+    return int(batch), int(ctx), int(query or 1)
+
+
+def launcher_args(batch: int, ctx: int, query: int, device: str) -> tuple:
+    pages = batch * -(-ctx // PAGE)
+    q = torch.randn(batch * query, HEADS, HEAD_DIM, dtype=torch.bfloat16, device=device)
+    k = torch.randn(pages, PAGE, KV_HEADS, HEAD_DIM, dtype=torch.bfloat16, device=device)
+    v = torch.randn_like(k)
+    cu_seqlens_q = torch.arange(0, batch * query + 1, query, dtype=torch.int32, device=device)
+    seqused_k = torch.full((batch,), ctx, dtype=torch.int32, device=device)
+    block_table = torch.arange(pages, dtype=torch.int32, device=device).view(batch, -1)
+    out = torch.empty_like(q)
+    return (q, k, v, out, None, cu_seqlens_q, None, seqused_k, block_table, None, None, None, None, None, None, None,
+            query, ctx, HEAD_DIM**-0.5, -1, 0, 0.0)  # fmt: skip
+
+
+def host_us(args: tuple, calls: int, repeats: int) -> float:
+    best = float("inf")
+    for _ in range(repeats):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        for _ in range(calls):
+            attention_forward(*args)
+        best = min(best, (time.perf_counter() - start) / calls * 1e6)
+        torch.cuda.synchronize()
+    return best
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--cases", default="b1x256,b64x2048,b1x2048q512")
+    parser.add_argument("--calls", type=int, default=300)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args(argv)
+    if not torch.cuda.is_available():
+        raise SystemExit("launch_hostcost.py times GPU launches")
+    print(f"host us per attention_forward call, {args.calls} calls without sync, best of {args.repeats}; "
+          f"{torch.cuda.get_device_name()}")  # fmt: skip
+    for case in args.cases.split(","):
+        call = launcher_args(*parse_case(case), "cuda")
+        times, outputs = {}, {}
+        for mode in ("1", "0", "1"):  # prepared, Triton's binding, prepared again
+            os.environ["TRITONFA_PREPARED_LAUNCH"] = mode
+            times.setdefault(mode, []).append(host_us(call, args.calls, args.repeats))
+            outputs.setdefault(mode, call[3].clone())
+        if not torch.equal(outputs["1"], outputs["0"]):
+            raise SystemExit(f"{case}: the prepared launch and Triton's differ")
+        os.environ["TRITONFA_PREPARED_LAUNCH"] = "1"
+        print(f"{case:14} prepared {times['1'][-1]:6.1f} us | Triton {times['0'][0]:6.1f} us "
+              f"(prepared launch {'on' if launch_module._enabled() else 'OFF'})")  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
