@@ -3,6 +3,8 @@ contiguous K/V (TRITONFA_ARCH=hopper; the interpreter executes descriptor loads)
 fp8 KV cache, splits sized on the device, and a mixed batch's two launches.
 """
 
+import json
+
 import pytest
 import torch
 from attn_testing import (
@@ -78,7 +80,9 @@ def test_hopper_fp8_prefill_descriptor_k_with_key_major_v(monkeypatch, q_dtype, 
     """fp8 V on Hopper is copied key-major and read through pointers, or (opt-in) through a descriptor of the copy
     whose tiles start at any key (sequences of odd lengths), while K comes through a descriptor."""
     monkeypatch.setenv("TRITONFA_ARCH", "hopper")
-    monkeypatch.setenv("TRITONFA_CONFIG", f'{{"tma_key_major_v": {str(v_descriptor).lower()}}}')
+    # the portable kernel's paths: fp8 K/V with a 16-bit q goes to the Gluon prefill by default (ws_fp8_k16)
+    config = {"tma_key_major_v": v_descriptor, "ws_fp8": False}
+    monkeypatch.setenv("TRITONFA_CONFIG", json.dumps(config))
     seqlens = [scaled(70, 700), scaled(17, 301), scaled(130, 1000)]
     inputs = make_inputs(seqlens, seqlens, num_heads=(8, 2), head_size=64, dtype=q_dtype,
                          kv_dtype=torch.float8_e4m3fn)  # fmt: skip

@@ -634,12 +634,6 @@ def test_warp_specialized_fp8_kv_prefill_with_k_widened(monkeypatch, head_size, 
     check_low_precision(inputs, causal=False)
 
 
-@pytest.mark.xfail(
-    run=False,
-    reason="H200, session 11: hung on the persistent grid (its consumers took a Q buffer of twice the tile's rows "
-    "for the tile: fixed offline, not yet run) and one program per tile hit an illegal address on fp8 KV b8x2048 "
-    "(variants.py, cause open); opt-in (`ws_fp8_q_split`) until both pass. Run with ws-tests:q_split (--runxfail)",
-)
 @_fp8_kv_cases
 def test_warp_specialized_fp8_kv_prefill_with_q_split(monkeypatch, head_size, kv_layout, q_dtype, persistent):
     """A 16-bit q with fp8 K/V as two fp8 terms (config `ws_fp8_q_split`): QK two fp8 wgmmas, V gathered and
