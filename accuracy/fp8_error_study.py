@@ -6,9 +6,9 @@ would hand the kernel) for
 - modes: `bf16` (baseline), `fp8kv` (bf16 q, fp8 K/V cache), `fp8qkv` (fp8 q, K and V), per-tensor scales
   (descale = amax / fp8 max, the best a static per-layer scale can do); `fp8kv_q8`: the fp8 K/V cache with the
   kernel's opt-in `fp8_q_for_fp8_kv` (the bf16 q rounded to fp8 in the kernel with a power-of-two scale per row,
-  so QK is an fp8 dot), measured with P's power-of-two scale only;
+  so QK is an fp8 dot), measured with 16-bit P and P's power-of-two scale only;
 - P (softmax probabilities) handling, the `strategy`:
-  `p16`        P kept in 16 bits (bf16 with a bf16 q, fp16 with an fp8 q), V upcast: no P quantization;
+  `p16`        P kept in 16 bits (bf16 without fp8; fp16 with fp8 V, which fp16 holds exactly): no P quantization;
   `calibrated` (a) one fixed scale calibrated offline, as the seed (vLLM 0.9's Triton FAv2 with a checkpoint
                `prob_scale`): fp8_max / amax, amax = the largest softmax probability seen on a calibration draw;
   `per_tile`   (b) a scale per (row, KV tile) from the row maximum of the tile: fp8_max / max_j P_ij, the tile's
@@ -20,10 +20,14 @@ would hand the kernel) for
   attention sink (a key with a huge logit and a near-zero value, as LLMs put on the first token), and a long
   context with a sink (decode-like: few queries at the end of a long KV).
 
-The kernel implements `bf16/p16`, `fp8kv/pow2` and `fp8qkv/pow2`; every other combination is measured with
-`emulate_attention`, a torch re-implementation of the kernel's blocked online softmax (same BLOCK_N tiling, same
-running max in the log2 domain, P rounded at the same point, same epilogue), and the kernel's own combinations are
-measured both ways: the emulation is trusted for the others because it matches the kernel on these.
+Which P the kernel itself uses depends on the device and the call, and the study asks the launcher (its plan for
+each mode's inputs): fp8 P with the power of two (`pow2`) where V meets P in an fp8 dot (the portable kernel: CPU,
+ROCm; Hopper's fp8 P@V), 16-bit P where V reaches the dot widened to fp16 (Hopper's Gluon prefill with V widened,
+decode tiles). Every combination is measured with `emulate_attention`, a torch re-implementation of the kernel's
+blocked online softmax (same BLOCK_N tiling as the planned launch, same running max in the log2 domain, P rounded
+at the same point, same epilogue), and the kernel's own combinations are measured both ways: the emulation is
+trusted for the others because it matches the kernel on these (the run says so, or says where it does not and
+exits 1).
 
 CPU (no GPU visible): the kernel runs in Triton's interpreter at a small scale (this script switches the
 interpreter on and applies the same interpreter fixes as tests/conftest.py). GPU: full size (32/8 heads, D 128,
@@ -34,6 +38,7 @@ tables of the accuracy suite), or into --out-dir.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import datetime
 import json
@@ -83,17 +88,20 @@ STRATEGY_LABELS = {
     "pow2": "(c) fixed 2^k",
     "unscaled": "unscaled (vLLM TRITON_ATTN, fp8 q)",
 }
-# (mode, strategy) pairs tritonfa's kernel computes: P is quantized with the power of two whenever V is fp8
-KERNEL_ROWS = (("bf16", "p16"), ("fp8kv", "pow2"), ("fp8qkv", "pow2"), ("fp8kv_q8", "pow2"))
+# The P strategies the kernel runs (which one, per call: `kernel_numerics`)
+KERNEL_STRATEGIES = ("p16", "pow2")
+# |kernel - emulation| / ||ref|| at most this share of the emulated error: the emulation stands for the kernel
+# (GPU: tensor-core accumulation order is not modelled; CPU interpreter: ~0.1%)
+EMULATION_AGREEMENT = 0.25
 
 
 def table_rows() -> list[tuple[str, str]]:
     """Every (mode, strategy) the study measures: the bf16 baseline, each fp8 mode x each P strategy, and the opt-in
-    per-row fp8 q with the kernel's P strategy."""
+    per-row fp8 q with the kernel's two P strategies."""
     return [
         ("bf16", "p16"),
         *((mode, strategy) for mode in FP8_MODES for strategy in STRATEGIES),
-        ("fp8kv_q8", "pow2"),
+        *(("fp8kv_q8", strategy) for strategy in KERNEL_STRATEGIES),
     ]
 
 
@@ -267,8 +275,9 @@ def round_to(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 
 
 def p16_dtype(mode: Mode) -> torch.dtype:
-    """16-bit P: q's type when it is 16-bit (V upcast to it); fp16 with an fp8 q (fp16 holds e4m3 exactly)."""
-    return torch.float16 if mode.q_fp8 else torch.bfloat16
+    """16-bit P: bf16 without fp8; fp16 with fp8 V (fp16 holds e4m3 exactly), as the kernel's 16-bit P@V with fp8 V
+    (V widened to fp16 on Hopper's Gluon prefill and in decode tiles)."""
+    return torch.float16 if mode.q_fp8 or mode.kv_fp8 else torch.bfloat16
 
 
 @dataclasses.dataclass
@@ -313,18 +322,41 @@ def mode_inputs(batch: Batch, mode: Mode, fp8: torch.dtype) -> Inputs:
 # Emulation of the kernel's blocked online softmax
 
 
-def kernel_block_n(inputs: Inputs, max_seqlen_q: int, device: torch.device) -> int:
-    """BLOCK_N the launcher picks for these inputs (same rule as kernels/attention.py: padded head size with a
-    floor of 32 for fp8, widest element size, decode bucket of max_seqlen_q)."""
-    import triton
+@contextlib.contextmanager
+def _kernel_config(inputs: Inputs):
+    """TRITONFA_CONFIG set to the mode's kernel config (if any) for the duration."""
+    previous = os.environ.get("TRITONFA_CONFIG")
+    if inputs.kernel_config is not None:
+        os.environ["TRITONFA_CONFIG"] = inputs.kernel_config
+    try:
+        yield
+    finally:
+        if inputs.kernel_config is not None:
+            if previous is None:
+                del os.environ["TRITONFA_CONFIG"]
+            else:
+                os.environ["TRITONFA_CONFIG"] = previous
 
-    from tritonfa.configs import detect_arch, select_config
 
-    tensors = (inputs.q, inputs.k, inputs.v)
-    floor = 32 if any(t.element_size() == 1 for t in tensors) else 16
-    block_d = max(triton.next_power_of_2(max(inputs.q.shape[-1], inputs.v.shape[-1])), floor)
-    element_bytes = max(t.element_size() for t in tensors)
-    return select_config(detect_arch(device), block_d, max_seqlen_q, element_bytes).block_n
+def kernel_numerics(batch: Batch, inputs: Inputs) -> tuple[str, int]:
+    """(P strategy, BLOCK_N) of the launch that computes these inputs' first sequence, as the launcher plans it on
+    this device (nothing runs): `pow2` where V meets P in an fp8 dot, `p16` where it reaches the dot in 16 bits."""
+    from tritonfa.kernels.attention import plan_attention
+
+    q = inputs.kernel_q if inputs.kernel_q is not None else inputs.q
+    out = torch.empty(q.shape, dtype=torch.bfloat16, device=q.device)
+    with _kernel_config(inputs):
+        launches = plan_attention(
+            q, inputs.k, inputs.v, out, None, batch.cu_seqlens_q, batch.cu_seqlens_k, None, None, None, None, None,
+            inputs.q_descale, inputs.k_descale, inputs.v_descale, None, max(batch.seqlens_q), max(batch.seqlens_k),
+            q.shape[-1] ** -0.5, -1, 0, 0.0, num_splits=1,
+        )  # fmt: skip
+    constexprs = launches[0].constexprs
+    if "P_SCALE_LOG2" in constexprs:  # Hopper's Gluon prefill: P scaled for an fp8 P@V only (V not widened)
+        fp8_p = constexprs["FP8"] and constexprs["P_SCALE_LOG2"] != 0
+    else:  # the portable kernel
+        fp8_p = constexprs["V_IS_FP8"]
+    return ("pow2" if fp8_p else "p16"), constexprs["BLOCK_N"]
 
 
 def _scalar(t: torch.Tensor | None, device) -> torch.Tensor:
@@ -451,21 +483,12 @@ def kernel_output(batch: Batch, inputs: Inputs) -> torch.Tensor:
     """tritonfa's kernel on the mode's inputs (one KV split, as the emulation)."""
     from tritonfa import flash_attn_varlen_func
 
-    previous = os.environ.get("TRITONFA_CONFIG")
-    if inputs.kernel_config is not None:
-        os.environ["TRITONFA_CONFIG"] = inputs.kernel_config
-    try:
+    with _kernel_config(inputs):
         return flash_attn_varlen_func(
             inputs.kernel_q if inputs.kernel_q is not None else inputs.q, inputs.k, inputs.v, max(batch.seqlens_q),
             batch.cu_seqlens_q, max(batch.seqlens_k), batch.cu_seqlens_k, causal=True, q_descale=inputs.q_descale,
             k_descale=inputs.k_descale, v_descale=inputs.v_descale, num_splits=1,
         )  # fmt: skip
-    finally:
-        if inputs.kernel_config is not None:
-            if previous is None:
-                del os.environ["TRITONFA_CONFIG"]
-            else:
-                os.environ["TRITONFA_CONFIG"] = previous
 
 
 @dataclasses.dataclass
@@ -495,6 +518,7 @@ class Row:
     strategy: str
     emulated: Error
     kernel: Error | None = None
+    kernel_implements: bool = False  # the kernel's own P strategy for this mode on this device (kernel_numerics)
     kernel_vs_emulation: float | None = None  # ||kernel - emulation|| / ||ref||
     p_scale: float | None = None
     p_error: float | None = None  # ||emulated - emulated with 16-bit P|| / ||ref||: what P quantization adds
@@ -504,7 +528,7 @@ class Row:
             "scenario": self.scenario,
             "mode": self.mode,
             "strategy": self.strategy,
-            "kernel_implements": (self.mode, self.strategy) in KERNEL_ROWS,
+            "kernel_implements": self.kernel_implements,
             "p_scale": self.p_scale,
             "emulated": self.emulated.as_dict(),
             "kernel": self.kernel.as_dict() if self.kernel else None,
@@ -541,8 +565,9 @@ def measure_scenario(
     for mode_name in dict.fromkeys(m for m, _ in wanted):
         mode = MODES[mode_name]
         inputs = mode_inputs(batch, mode, fp8)
-        block_n = kernel_block_n(inputs, max(batch.seqlens_q), device)
+        kernel_strategy, block_n = kernel_numerics(batch, inputs)
         facts.setdefault("block_n", {})[mode_name] = block_n
+        facts.setdefault("kernel_p", {})[mode_name] = kernel_strategy
         kernel_out = p16_out = None
         # 16-bit P first: the other strategies' P-quantization error is measured against it
         strategies = sorted((s for m, s in wanted if m == mode_name), key=lambda s: s != "p16")
@@ -555,12 +580,13 @@ def measure_scenario(
                 inputs, batch.seqlens_q, batch.seqlens_k, strategy=strategy, block_n=block_n, p_dtype=p_dtype,
                 calibrated_scale=calibrated,
             )  # fmt: skip
-            row = Row(scenario.name, mode_name, strategy, relative_error(emulated, ref), p_scale=p_scale)
+            row = Row(scenario.name, mode_name, strategy, relative_error(emulated, ref), p_scale=p_scale,
+                      kernel_implements=strategy == kernel_strategy)  # fmt: skip
             if strategy == "p16":
                 p16_out = emulated
             elif p16_out is not None:
                 row.p_error = ((emulated.double() - p16_out.double()).norm() / ref.norm()).item()
-            if run_kernel and (mode_name, strategy) in KERNEL_ROWS:
+            if run_kernel and row.kernel_implements:
                 if kernel_out is None:
                     kernel_out = kernel_output(batch, inputs)
                 row.kernel = relative_error(kernel_out, ref)
@@ -625,6 +651,25 @@ GEOMEAN_MARGIN = 0.05
 WORST_MARGIN = 0.10
 
 
+def emulation_gaps(rows: list[Row]) -> list[Row]:
+    """The kernel's own rows where the emulation does not stand for it: ||kernel - emulation|| above
+    EMULATION_AGREEMENT of the emulated error (bf16: above 1e-3 of ||ref||)."""
+    return [
+        r for r in rows
+        if r.kernel_vs_emulation is not None
+        and r.kernel_vs_emulation > max(EMULATION_AGREEMENT * r.emulated.rel_l2, 1e-3 if r.mode == "bf16" else 0.0)
+    ]  # fmt: skip
+
+
+def kernel_p_by_mode(rows: list[Row]) -> dict[str, set[str]]:
+    """mode -> the P strategies the kernel ran it with in this study (one per scenario)."""
+    kernel_p: dict[str, set[str]] = {}
+    for r in rows:
+        if r.kernel_implements:
+            kernel_p.setdefault(r.mode, set()).add(r.strategy)
+    return kernel_p
+
+
 def recommend(rows: list[Row], summary: dict, max_emulation_gap: float) -> tuple[str, list[str]]:
     """(chosen default strategy, paragraphs): the rule is stated in the text and applied to this run's numbers."""
 
@@ -670,19 +715,41 @@ def recommend(rows: list[Row], summary: dict, max_emulation_gap: float) -> tuple
             "Outcome: neither (a) nor (b) clears the margin in any fp8 mode: recommended default: keep (c), the "
             "fixed power of two the kernel uses."
         )
-    p16, pow2 = get("fp8kv", "p16", "geomean"), get("fp8kv", "pow2", "geomean")
-    if math.isfinite(p16) and math.isfinite(pow2):
+    kernel_p = kernel_p_by_mode(rows)
+    sixteen = [MODES[m].label for m, strategies in kernel_p.items() if m != "bf16" and strategies == {"p16"}]
+    if sixteen:
         lines.append(
-            f"fp8 KV with a bf16 q: because V is fp8 the kernel quantizes P there too; 16-bit P (V upcast, as vLLM's "
-            f"TRITON_ATTN does without an fp8 q) would take the geomean error from {_pct(pow2)} to {_pct(p16)}."
+            f"On this device the kernel keeps P in 16 bits for {', '.join(sixteen)} (V widened to fp16 before the "
+            "P@V: Hopper's Gluon prefill for causal contiguous and paged calls): no P scaling applies there, and "
+            "its error is the 16-bit P row, below any fp8 P strategy. The rule above decides P's scaling where the "
+            "kernel rounds P to fp8 (the portable kernel on ROCm and in the interpreter; Hopper's non-causal fp8 "
+            "prefill with key-major V)."
+        )
+    p16, pow2 = get("fp8kv", "p16", "geomean"), get("fp8kv", "pow2", "geomean")
+    if math.isfinite(p16) and math.isfinite(pow2) and kernel_p.get("fp8kv") == {"pow2"}:
+        lines.append(
+            f"fp8 KV with a bf16 q: because V is fp8 the kernel quantizes P there too; 16-bit P (V upcast) would "
+            f"take the geomean error from {_pct(pow2)} to {_pct(p16)}."
         )
     if math.isfinite(max_emulation_gap):
+        gaps = emulation_gaps(rows)
         fp8_errors = [r.emulated.rel_l2 for r in rows if r.mode != "bf16"]
-        lines.append(
-            f"Emulation check: on the kernel's own combinations the emulation differs from the kernel by at most "
-            f"{max_emulation_gap:.2e} of ||ref||, against fp8 errors of {_pct(min(fp8_errors))} and up: the emulated "
-            "rows stand for the kernel's numerics."
-        )
+        if gaps:
+            where = ", ".join(
+                f"{r.scenario} {MODES[r.mode].label} {STRATEGY_LABELS[r.strategy]} ({r.kernel_vs_emulation:.2e} vs "
+                f"an error of {_pct(r.emulated.rel_l2)})"
+                for r in gaps
+            )  # fmt: skip
+            lines.append(
+                f"Emulation check FAILED: the emulation differs from the kernel by more than {EMULATION_AGREEMENT:.0%} "
+                f"of the error being measured in {where}: there the emulated rows do not stand for the kernel."
+            )
+        else:
+            lines.append(
+                f"Emulation check: on the kernel's own combinations the emulation differs from the kernel by at most "
+                f"{max_emulation_gap:.2e} of ||ref||, against fp8 errors of {_pct(min(fp8_errors))} and up: the "
+                "emulated rows stand for the kernel's numerics."
+            )
     return chosen, lines
 
 
@@ -749,7 +816,8 @@ def markdown(header: dict, scenario_facts: dict, rows: list[Row], summary: dict,
         "P strategies: **(a)** one fixed scale calibrated offline (seed): fp8_max / amax(P) over a calibration "
         "prefill; **(b)** per (row, KV tile) scale fp8_max / rowmax(P_tile); **(c)** fixed power of two "
         "<= fp8 max (the kernel's, FA3's); *unscaled*: P cast as is (vLLM 0.24 TRITON_ATTN with fp8 q); "
-        "*16-bit P*: no P quantization (bf16 with bf16 q, fp16 with fp8 q).",
+        "*16-bit P*: no P quantization (bf16 without fp8, fp16 with fp8 V). **(kernel)**: the P this device's "
+        "kernel runs for the mode (the launcher's plan).",
         "",
         "## Emulated error, all modes x strategies (rel. L2, %)",
         "",
@@ -763,7 +831,11 @@ def markdown(header: dict, scenario_facts: dict, rows: list[Row], summary: dict,
             cells.append(_pct(row.emulated.rel_l2).rstrip("%") if row else "")
         s = summary.get(f"{mode}/{strategy}", {})
         cells += [_pct(s.get("geomean", float("nan"))).rstrip("%"), _pct(s.get("worst", float("nan"))).rstrip("%")]
-        marker = " **(kernel)**" if (mode, strategy) in KERNEL_ROWS else ""
+        implemented = [r for r in rows if (r.mode, r.strategy) == (mode, strategy) and r.kernel_implements]
+        marker = ""
+        if implemented:
+            everywhere = len(implemented) == len(scenarios)
+            marker = " **(kernel)**" if everywhere else f" **(kernel in {len(implemented)} of {len(scenarios)})**"
         lines.append(f"| {MODES[mode].label} | {STRATEGY_LABELS[strategy]}{marker} | " + " | ".join(cells) + " |")
     lines += [
         "",
@@ -884,6 +956,7 @@ def run_study(
         "rows": [r.as_dict() for r in rows],
         "summary": summary,
         "recommendation": {"strategy": chosen, "text": advice},
+        "emulation_matches_kernel": not emulation_gaps(rows),
         "_rows": rows,
     }
 
@@ -971,6 +1044,9 @@ def main(argv: list[str] | None = None) -> int:
         print(paragraph)
     for path in write_outputs(document, [args.out_dir or HERE]):
         print(f"[accuracy] wrote {path}")
+    if not document["emulation_matches_kernel"]:
+        print("[accuracy] the emulation does not match the kernel (see 'Emulation check')", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -24,6 +24,9 @@ AGREEMENT = 0.25 if ON_GPU else 0.02  # |kernel - emulation| as a share of the e
 
 @pytest.mark.parametrize("scenario", ["gauss", "sink", "long_heavy_sink"])
 def test_emulation_matches_kernel(scenario):
+    kernel_candidates = [
+        (mode, p) for mode in study.MODES for p in study.KERNEL_STRATEGIES if (mode, p) != ("bf16", "pow2")
+    ]
     rows, facts = study.measure_scenario(
         study.SCENARIOS[scenario],
         SIZES,
@@ -31,21 +34,67 @@ def test_emulation_matches_kernel(scenario):
         DEVICE,
         seed=3,
         run_kernel=True,
-        rows=[*study.KERNEL_ROWS, ("fp8kv", "per_tile"), ("fp8kv", "p16")],
+        rows=[*kernel_candidates, ("fp8kv", "per_tile")],
     )
     by_key = {(r.mode, r.strategy): r for r in rows}
-    for key in study.KERNEL_ROWS:
-        row = by_key[key]
-        assert row.kernel is not None, key
+    kernel_rows = [r for r in rows if r.kernel_implements]
+    assert sorted(r.mode for r in kernel_rows) == sorted(study.MODES), "one P strategy per mode is the kernel's"
+    assert facts["kernel_p"] == {r.mode: r.strategy for r in kernel_rows}
+    for row in kernel_rows:
+        assert row.kernel is not None, row
         # the emulation stands for the kernel: their gap is far below the error being measured
-        floor = 1e-3 if key[0] == "bf16" else 0.0
-        assert row.kernel_vs_emulation <= max(AGREEMENT * row.emulated.rel_l2, floor), (key, row)
-        assert math.isclose(row.kernel.rel_l2, row.emulated.rel_l2, rel_tol=0.1, abs_tol=1e-4), (key, row)
+        floor = 1e-3 if row.mode == "bf16" else 0.0
+        assert row.kernel_vs_emulation <= max(study.EMULATION_AGREEMENT * row.emulated.rel_l2, floor), row
+        assert math.isclose(row.kernel.rel_l2, row.emulated.rel_l2, rel_tol=0.1, abs_tol=1e-4), row
+    assert not study.emulation_gaps(rows)
     # a different P strategy is visibly different: the agreement above is not a tolerance that accepts anything
     pow2, per_tile = by_key[("fp8kv", "pow2")], by_key[("fp8kv", "per_tile")]
+    kernel_fp8kv = pow2 if pow2.kernel_implements else by_key[("fp8kv", "p16")]
     assert per_tile.p_error > 0
-    assert pow2.kernel_vs_emulation < 0.5 * max(pow2.p_error, per_tile.p_error)
+    assert kernel_fp8kv.kernel_vs_emulation < 0.5 * max(pow2.p_error, per_tile.p_error)
     assert facts["block_n"]["fp8kv"] > 0
+
+
+def test_kernel_numerics_follow_the_launcher(monkeypatch):
+    """The P each mode gets, as planned: fp8 P (power of two) in the portable kernel (this CPU's interpreter, or
+    any device without the Gluon prefill); on Hopper (planned on meta tensors, as CI's cross-compile does) 16-bit P
+    for causal prefill with fp8 V, which the Gluon prefill widens to fp16 - 128-key blocks but k16's 64."""
+    batch = study.make_batch(study.SCENARIOS["gauss"], SIZES, 0, DEVICE)
+    planned = {
+        name: study.kernel_numerics(batch, study.mode_inputs(batch, mode, FP8)) for name, mode in study.MODES.items()
+    }
+    if not ON_GPU:
+        assert planned == {"bf16": ("p16", 64), "fp8kv": ("pow2", 64), "fp8qkv": ("pow2", 64), "fp8kv_q8": ("pow2", 64)}
+    from tritonfa.kernels import attention_hopper
+
+    if not attention_hopper.HAS_GLUON:
+        pytest.skip("this triton has no Gluon for Hopper")
+    monkeypatch.setenv("TRITONFA_ARCH", "hopper")
+    meta = torch.device("meta")
+    q = torch.empty(416, 4, 128, dtype=torch.bfloat16, device=meta)
+    k = torch.empty(416, 2, 128, dtype=torch.bfloat16, device=meta)
+    hopper = study.Batch(q, k, torch.empty_like(k), [256, 160], [256, 160])
+    on_hopper = {}
+    for name, mode in study.MODES.items():
+        inputs = study.Inputs(
+            q.to(FP8) if mode.q_fp8 else q, k.to(FP8) if mode.kv_fp8 else k, k.to(FP8) if mode.kv_fp8 else k,
+            None, None, None, kernel_config='{"fp8_q_for_fp8_kv": true}' if mode.q_row_fp8 else None,
+        )  # fmt: skip
+        on_hopper[name] = study.kernel_numerics(hopper, inputs)
+    assert on_hopper == {"bf16": ("p16", 128), "fp8kv": ("p16", 64), "fp8qkv": ("p16", 128), "fp8kv_q8": ("p16", 128)}
+
+
+def test_emulation_check_reports_a_mismatch():
+    """A kernel row far from its emulation fails the check (and the script exits 1), named in the text."""
+    good = study.Row("gauss", "fp8kv", "pow2", study.Error(0.05, 0.08), kernel=study.Error(0.05, 0.08),
+                     kernel_implements=True, kernel_vs_emulation=0.001)  # fmt: skip
+    bad = study.Row("long_heavy_sink", "fp8qkv", "pow2", study.Error(0.115, 0.2), kernel=study.Error(0.069, 0.19),
+                    kernel_implements=True, kernel_vs_emulation=0.092)  # fmt: skip
+    assert study.emulation_gaps([good]) == [] and study.emulation_gaps([good, bad]) == [bad]
+    _, text = study.recommend([good, bad], study.summarize([good, bad]), 0.092)
+    assert any("Emulation check FAILED" in line and "long_heavy_sink" in line for line in text)
+    _, text = study.recommend([good], study.summarize([good]), 0.001)
+    assert any(line.startswith("Emulation check: ") for line in text)
 
 
 def test_pow2_emulation_is_the_kernels_scale():
