@@ -147,6 +147,19 @@ def _poison(tensor: torch.Tensor) -> torch.Tensor:
 
 
 @pytest.fixture(autouse=True)
+def _fresh_plan_cache():
+    """Each test plans its own calls: a test that patches the planner's module state must not get another test's
+    cached plans (tests/kernel/test_plan_cache.py covers the cache itself)."""
+    try:
+        from tritonfa.kernels import plan_cache
+    except ImportError:  # sessions without the kernel package
+        yield
+        return
+    plan_cache.clear()
+    yield
+
+
+@pytest.fixture(autouse=True)
 def _nan_poisoned_empty(request, monkeypatch):
     """Under tests/kernel/, torch.empty & co. return NaN-filled float memory so unwritten outputs show up."""
     if not request.node.path.is_relative_to(KERNEL_TESTS):

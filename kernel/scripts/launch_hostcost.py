@@ -1,8 +1,9 @@
-"""Host time per launcher call (`attention_forward`: plan + launch), the prepared launch against Triton's binding.
+"""Host time per launcher call (`attention_forward`: plan + launch): Triton's binding, the prepared launch, the
+prepared launch with the plan cache.
 
 No vLLM needed (integration/scripts/hostcost.py measures the whole backend beside FA3). Paged bf16 K/V, Llama-3-8B's
-heads (32 q / 8 kv, D 128), 16-slot pages; per case the best of --repeats loops of --calls calls without a sync,
-in the order prepared, Triton, prepared (the first loop also warms). Outputs of both paths must be equal.
+heads (32 q / 8 kv, D 128), 16-slot pages; per case and mode the best of --repeats loops of --calls calls without a
+sync, the modes in turn twice (the first round also warms; the second counts). Outputs of every mode must be equal.
 
     python kernel/scripts/launch_hostcost.py [--cases b1x256,b64x2048,b1x2048q512]
 """
@@ -19,6 +20,8 @@ from tritonfa.kernels import launch as launch_module
 from tritonfa.kernels.attention import attention_forward
 
 HEADS, KV_HEADS, HEAD_DIM, PAGE = 32, 8, 128, 16
+# mode -> (TRITONFA_PREPARED_LAUNCH, TRITONFA_PLAN_CACHE)
+MODES = {"Triton": ("0", "0"), "prepared": ("1", "0"), "prepared + plan cache": ("1", "1")}
 
 
 def parse_case(text: str) -> tuple[int, int, int]:
@@ -66,15 +69,16 @@ def main(argv=None) -> int:
     for case in args.cases.split(","):
         call = launcher_args(*parse_case(case), "cuda")
         times, outputs = {}, {}
-        for mode in ("1", "0", "1"):  # prepared, Triton's binding, prepared again
-            os.environ["TRITONFA_PREPARED_LAUNCH"] = mode
-            times.setdefault(mode, []).append(host_us(call, args.calls, args.repeats))
-            outputs.setdefault(mode, call[3].clone())
-        if not torch.equal(outputs["1"], outputs["0"]):
-            raise SystemExit(f"{case}: the prepared launch and Triton's differ")
-        os.environ["TRITONFA_PREPARED_LAUNCH"] = "1"
-        print(f"{case:14} prepared {times['1'][-1]:6.1f} us | Triton {times['0'][0]:6.1f} us "
-              f"(prepared launch {'on' if launch_module._enabled() else 'OFF'})")  # fmt: skip
+        for _ in range(2):  # the first round warms (compiles, fills the caches)
+            for mode, (prepared, plan_cache) in MODES.items():
+                os.environ["TRITONFA_PREPARED_LAUNCH"], os.environ["TRITONFA_PLAN_CACHE"] = prepared, plan_cache
+                times[mode] = host_us(call, args.calls, args.repeats)
+                outputs.setdefault(mode, call[3].clone())
+        os.environ["TRITONFA_PREPARED_LAUNCH"] = os.environ["TRITONFA_PLAN_CACHE"] = "1"
+        if any(not torch.equal(out, outputs["Triton"]) for out in outputs.values()):
+            raise SystemExit(f"{case}: the modes' outputs differ")
+        row = " | ".join(f"{mode} {us:6.1f} us" for mode, us in times.items())
+        print(f"{case:14} {row} (prepared launch {'on' if launch_module._enabled() else 'OFF'})")
     return 0
 
 

@@ -31,7 +31,7 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 
 from tritonfa.configs import DECODE_MAX_SEQLEN_Q, AttentionConfig, detect_arch, native_fp8_dot, select_config
 from tritonfa.fp8 import FP8_DTYPES, descale_strides, fp8_max, is_fp8, p_scale
-from tritonfa.kernels import attention_hopper
+from tritonfa.kernels import attention_hopper, plan_cache
 from tritonfa.kernels.launch import launch
 
 LOG2E = tl.constexpr(1.4426950408889634)
@@ -761,8 +761,10 @@ class KernelLaunch:
 
 
 def attention_forward(*args, **kwargs) -> None:
-    """Launch the forward kernel on validated arguments; writes `out` (and `lse` if given). See `plan_attention`."""
-    for planned in plan_attention(*args, **kwargs):
+    """Launch the forward kernel on validated arguments; writes `out` (and `lse` if given). See `plan_attention`;
+    positional calls reuse the plan of an earlier call with the same geometry (`plan_cache`)."""
+    launches = plan_cache.plan(plan_attention, args) if not kwargs else plan_attention(*args, **kwargs)
+    for planned in launches:
         planned()
 
 

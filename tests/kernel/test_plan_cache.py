@@ -1,0 +1,126 @@
+"""The plan cache (tritonfa.kernels.plan_cache): a call whose arguments have an earlier call's geometry gets that
+call's launches with its own tensors in place - exactly what planning it would give - and anything the key does
+not pin down is planned in full."""
+
+import inspect
+import itertools
+
+import pytest
+import torch
+from attn_testing import TOLERANCES, check_against_reference, make_inputs
+
+from tritonfa.kernels import _meta_inputs, _variants, plan_cache
+from tritonfa.kernels.attention import plan_attention
+
+SIGNATURE = inspect.signature(plan_attention)
+
+
+def _positional(inputs: dict) -> tuple:
+    return SIGNATURE.bind(**inputs).args
+
+
+def _fresh(args: tuple) -> tuple:
+    """The same call with new tensors of the same metadata (K/V views of one storage stay views of one)."""
+    roots: dict[int, torch.Tensor] = {}
+    fresh = []
+    for a in args:
+        if not isinstance(a, torch.Tensor):
+            fresh.append(a)
+            continue
+        root = a._base if a._base is not None else a
+        new_root = roots.setdefault(id(root), torch.empty_strided(root.shape, root.stride(), dtype=root.dtype,
+                                                                   device=root.device))  # fmt: skip
+        fresh.append(new_root.as_strided(a.shape, a.stride(), a.storage_offset()))
+    return tuple(fresh)
+
+
+@pytest.mark.parametrize("arch", ["hopper", "ampere", "cdna3"])
+def test_cached_plans_equal_full_plans(arch):
+    """For each kernel variant the launcher plans (meta tensors, as CI's cross-compile): the third call of a geometry
+    is served from the cache and equals planning it, tensor by tensor; most geometries are cacheable."""
+    ready = total = 0
+    for variant, decode, head_dim in itertools.product(_variants(arch), (False, True), (64, 128)):
+        plan_cache.clear()
+        first = _positional(_meta_inputs(arch, head_dim=head_dim, decode=decode, **variant))
+        for args in (first, _fresh(first)):
+            plan_cache.plan(plan_attention, args)
+        state = plan_cache._PLANS[plan_cache.call_key(first)]
+        total += 1
+        if state == plan_cache._UNCACHEABLE:
+            continue
+        assert state[0] == "ready", (variant, decode, head_dim)
+        ready += 1
+        third = _fresh(first)
+        cached = plan_cache.plan(plan_attention, third)
+        assert plan_cache._same_launches(cached, plan_attention(*third)), (variant, decode, head_dim)
+        for launch in cached:  # no tensor of an earlier call
+            for value in launch.args:
+                base = getattr(value, "base", value)
+                if isinstance(base, torch.Tensor) and base.device.type == "meta":
+                    assert all(base is not t for t in first + _fresh(first)), (variant, launch.fn)
+    assert ready >= total // 2, f"{ready} of {total} geometries cacheable"
+
+
+def test_what_the_key_does_not_cover_is_planned_again():
+    """A geometry whose second plan differs from the first (here: a per-call allocation) is planned every time."""
+    args = _positional(_meta_inputs("ampere", torch.bfloat16, torch.bfloat16, 64, paged=False, decode=False,
+                                    features=False))  # fmt: skip
+    calls = []
+
+    def allocating_planner(*call):
+        calls.append(call)
+        [launch] = plan_attention(*call)[:1]
+        scratch = torch.empty(4, device="meta")  # new at every plan, like split-KV buffers
+        return [type(launch)(launch.fn, launch.grid, (*launch.args, scratch), launch.constexprs, launch.options)]
+
+    for _ in range(4):
+        plan_cache.plan(allocating_planner, _fresh(args))
+    assert len(calls) == 4
+    assert plan_cache._PLANS[plan_cache.call_key(args)] == plan_cache._UNCACHEABLE
+
+
+def test_the_key_separates_what_plans_depend_on(monkeypatch):
+    args = _positional(_meta_inputs("hopper", torch.bfloat16, torch.bfloat16, 128, paged=True, decode=False,
+                                    features=False, page_size=64))  # fmt: skip
+    key = plan_cache.call_key(args)
+    assert plan_cache.call_key(_fresh(args)) == key, "new tensors, same geometry"
+    q = args[0]
+    wider = torch.empty((q.shape[0], q.shape[1] + 1, q.shape[2]), dtype=q.dtype, device=q.device)[:, :-1]
+    assert plan_cache.call_key((wider, *args[1:])) != key, "strides"
+    assert plan_cache.call_key((q.to(torch.float16), *args[1:])) != key, "dtype"
+    assert plan_cache.call_key((*args[:-1], not args[-1] if isinstance(args[-1], bool) else 7)) != key, "scalars"
+    assert plan_cache.call_key((args[0], args[1], args[1], *args[3:])) != key, "k and v the same tensor"
+    monkeypatch.setenv("TRITONFA_CONFIG", '{"ws_pingpong": false}')
+    assert plan_cache.call_key(args) != key, "the planner's environment"
+
+
+def test_kv_halves_of_one_storage_keep_their_distance():
+    """K and V as views of one allocation: their distance is in the key (a view rebuilt from one must land on the
+    other's place)."""
+    kv = torch.empty((2, 8, 16, 2, 64), device="meta")
+    other = torch.empty((3, 8, 16, 2, 64), device="meta")
+    base = (kv[0], kv[1])
+    assert plan_cache.call_key(base) == plan_cache.call_key((other[1], other[2]))
+    assert plan_cache.call_key(base) != plan_cache.call_key((other[0], other[2]))
+
+
+def test_off_by_environment(monkeypatch):
+    monkeypatch.setenv("TRITONFA_PLAN_CACHE", "0")
+    args = _positional(_meta_inputs("ampere", torch.bfloat16, torch.bfloat16, 64, paged=False, decode=True,
+                                    features=False))  # fmt: skip
+    for _ in range(3):
+        plan_cache.plan(plan_attention, _fresh(args))
+    assert not plan_cache._PLANS
+
+
+@pytest.mark.parametrize("kv_layout", ["contiguous", "paged", "paged_kv_interleaved"])
+def test_kernel_through_the_cache_matches_the_reference(kv_layout):
+    """Real launches (the interpreter on CPU): four calls of one geometry with new data each time, the last two
+    served from the cache, each against the reference; NaN-poisoned outputs (conftest) catch a stale out."""
+    atol, rtol = TOLERANCES[torch.bfloat16]
+    for seed in range(4):
+        torch.manual_seed(seed)
+        inputs = make_inputs([5, 0, 33], [40, 17, 70], num_heads=(4, 2), head_size=64, kv_layout=kv_layout,
+                             use_seqused_k=kv_layout != "contiguous")  # fmt: skip
+        check_against_reference(inputs, atol, rtol, causal=True)
+    assert any(entry != plan_cache._UNCACHEABLE and entry[0] == "ready" for entry in plan_cache._PLANS.values())
