@@ -6,6 +6,7 @@ heads (32 q / 8 kv, D 128), 16-slot pages; per case and mode the best of --repea
 sync, the modes in turn twice (the first round also warms; the second counts). Outputs of every mode must be equal.
 
     python kernel/scripts/launch_hostcost.py [--cases b1x256,b64x2048,b1x2048q512]
+    python kernel/scripts/launch_hostcost.py --plan-only [--arch hopper]   # any machine: planning alone, meta tensors
 """
 
 from __future__ import annotations
@@ -13,11 +14,13 @@ from __future__ import annotations
 import argparse
 import os
 import time
+import timeit
 
 import torch
 
 from tritonfa.kernels import launch as launch_module
-from tritonfa.kernels.attention import attention_forward
+from tritonfa.kernels import plan_cache
+from tritonfa.kernels.attention import attention_forward, plan_attention
 
 HEADS, KV_HEADS, HEAD_DIM, PAGE = 32, 8, 128, 16
 # mode -> (TRITONFA_PREPARED_LAUNCH, TRITONFA_PLAN_CACHE)
@@ -56,12 +59,38 @@ def host_us(args: tuple, calls: int, repeats: int) -> float:
     return best
 
 
+def plan_only(cases: list[str], arch: str, calls: int, repeats: int) -> None:
+    """Planning alone on meta tensors (no GPU, nothing launched): a full plan against the plan cache's."""
+    print(f"host us per plan ({arch}, meta tensors), best of {repeats} x {calls}")
+    for case in cases:
+        call = launcher_args(*parse_case(case), "meta")
+
+        def full(call=call):
+            return plan_attention(*call, arch=arch)
+
+        def cached(call=call, full=full):
+            return plan_cache.plan(lambda *a: full(a), call)
+
+        plan_cache.clear()
+        for _ in range(3):
+            cached()
+        state = plan_cache._PLANS.get(plan_cache.call_key(call))
+        times = [min(timeit.repeat(f, number=calls, repeat=repeats)) / calls * 1e6 for f in (full, cached)]
+        served = "served from the cache" if state != plan_cache._UNCACHEABLE else "not cacheable: planned in full"
+        print(f"{case:14} plan {times[0]:6.1f} us | plan cache {times[1]:6.1f} us ({served})")
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cases", default="b1x256,b64x2048,b1x2048q512")
     parser.add_argument("--calls", type=int, default=300)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--plan-only", action="store_true", help="planning alone on meta tensors (any machine)")
+    parser.add_argument("--arch", default="hopper", help="with --plan-only: the architecture planned for")
     args = parser.parse_args(argv)
+    if args.plan_only:
+        plan_only(args.cases.split(","), args.arch, args.calls, max(args.repeats, 5))
+        return 0
     if not torch.cuda.is_available():
         raise SystemExit("launch_hostcost.py times GPU launches")
     print(f"host us per attention_forward call, {args.calls} calls without sync, best of {args.repeats}; "
@@ -70,8 +99,8 @@ def main(argv=None) -> int:
         call = launcher_args(*parse_case(case), "cuda")
         times, outputs = {}, {}
         for _ in range(2):  # the first round warms (compiles, fills the caches)
-            for mode, (prepared, plan_cache) in MODES.items():
-                os.environ["TRITONFA_PREPARED_LAUNCH"], os.environ["TRITONFA_PLAN_CACHE"] = prepared, plan_cache
+            for mode, (prepared, cached_plans) in MODES.items():
+                os.environ["TRITONFA_PREPARED_LAUNCH"], os.environ["TRITONFA_PLAN_CACHE"] = prepared, cached_plans
                 times[mode] = host_us(call, args.calls, args.repeats)
                 outputs.setdefault(mode, call[3].clone())
         os.environ["TRITONFA_PREPARED_LAUNCH"] = os.environ["TRITONFA_PLAN_CACHE"] = "1"

@@ -193,3 +193,17 @@ def test_launch_hostcost_tool_cases_and_inputs():
     assert cu_seqlens_q.tolist() == [0, 5, 10, 15] and seqused_k.tolist() == [40, 40, 40]
     assert block_table.shape == (3, 3) and k.shape[0] == 9, "pages cover each sequence's 40 keys"
     assert rest[-6:-4] == [5, 40], "max_seqlen_q, max_seqlen_k"
+
+
+def test_launch_hostcost_tool_plans_on_any_machine(capsys):
+    """--plan-only: planning alone on meta tensors, full against the plan cache (no GPU)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "kernel" / "scripts" / "launch_hostcost.py"
+    spec = importlib.util.spec_from_file_location("launch_hostcost", path)
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    assert tool.main(["--plan-only", "--arch", "ampere", "--cases", "b1x256,b2x64q32", "--calls", "2"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 3 and all("served from the cache" in line for line in lines[1:]), lines
