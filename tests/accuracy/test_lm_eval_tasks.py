@@ -58,6 +58,32 @@ def test_runner_deltas_and_targets():
         runner.parse_args(["--modes", "int4"])
 
 
+def test_runner_skips_what_a_peer_cannot_run_and_fails_on_a_miss():
+    """A (backend, mode) a peer cannot run is skipped, not failed; a failed row or a missed target fails the run."""
+    sys.path.insert(0, str(ACCURACY))
+    import run_lm_eval as runner
+
+    assert runner.unsupported("FLASH_ATTN", "fp8kv", rocm=False)
+    assert runner.unsupported("FLASH_ATTN", "bf16", rocm=True)
+    assert runner.unsupported("FLASH_ATTN", "fp8qkv", rocm=False) is None
+    assert all(runner.unsupported("CUSTOM", mode, rocm) is None for mode in runner.MODES for rocm in (False, True))
+
+    def result(mode, ppl):
+        metrics = {"tritonfa_stdlib_ppl/word_perplexity": ppl}
+        return {"model": "/m/tiny", "backend": "CUSTOM", "mode": mode, "metrics": metrics}
+
+    skipped = {"model": "/m/tiny", "backend": "FLASH_ATTN", "mode": "fp8kv", "skipped": "no"}
+    good = [result("bf16", 10.0), result("fp8kv", 10.04), skipped]
+    runner.annotate(good)
+    assert runner.exit_status(good) == 0
+    assert "skipped: no" in runner.table(good)[1][-1]
+    missed = [result("bf16", 10.0), result("fp8kv", 10.2)]
+    runner.annotate(missed)
+    assert runner.exit_status(missed) == 1, "fp8 KV +2% misses its +0.5% target"
+    broken = [result("bf16", 10.0), {"model": "/m/tiny", "backend": "TRITON_ATTN", "mode": "bf16", "error": "x"}]
+    assert runner.exit_status(broken) == 1
+
+
 def test_tasks_run_in_lm_eval_with_its_dummy_model(tmp_path):
     """End to end through lm-eval (its `dummy` model): the YAMLs load, the data build requests, metrics come out.
     Needs an `lm_eval` executable (PATH or $LM_EVAL_BIN, e.g. a venv with lm-eval==0.4.13); skipped otherwise."""
