@@ -58,6 +58,9 @@ class AttentionConfig:
     # tests passed in session 11 once at least 3 K/V slots were kept (two deadlocked at D 64: WIDENED_K_MIN_STAGES).
     # Hopper: on
     ws_fp8_k16: bool = False
+    # with ws_fp8_k16: the producer loads K's fp8 rows into registers and widens them from there (no staging tiles
+    # for K: one shared-memory pass per K byte instead of three)
+    ws_fp8_k16_regs: bool = False
     # with ws_fp8 (and ws_fp8_paged for pages): a 16-bit q with e4m3 K/V as two fp8 terms (hi + the rest: ~8 bits
     # of q, a bf16 q exactly), QK as two fp8 wgmmas, V gathered and widened to fp16; not with fp8_q_for_fp8_kv (one
     # term). Opt-in until measured
