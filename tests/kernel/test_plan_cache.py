@@ -61,6 +61,23 @@ def test_cached_plans_equal_full_plans(arch):
     assert ready >= total // 2, f"{ready} of {total} geometries cacheable"
 
 
+def test_the_cache_keeps_no_caller_tensor_alive():
+    """A cached template holds the planner's own objects only: the tensors of the calls it was made from can go."""
+    import gc
+    import weakref
+
+    args = _positional(_meta_inputs("hopper", torch.bfloat16, torch.bfloat16, 128, paged=True, decode=False,
+                                    features=False, page_size=64))  # fmt: skip
+    first, second = _fresh(args), _fresh(args)
+    watched = [weakref.ref(t) for t in first + second if isinstance(t, torch.Tensor)]
+    for call in (first, second):
+        plan_cache.plan(plan_attention, call)
+    assert plan_cache._PLANS[plan_cache.call_key(args)][0] == "ready"
+    del first, second, call
+    gc.collect()
+    assert all(ref() is None for ref in watched)
+
+
 def test_what_the_key_does_not_cover_is_planned_again():
     """A geometry whose second plan differs from the first (here: a per-call allocation) is planned every time."""
     args = _positional(_meta_inputs("ampere", torch.bfloat16, torch.bfloat16, 64, paged=False, decode=False,

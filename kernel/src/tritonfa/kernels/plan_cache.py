@@ -98,7 +98,8 @@ def _template(launches: list, args: tuple) -> list:
     for launch in launches:
         slots = [_slot(value, inputs) for value in launch.args]
         constants = [slot[1] if slot[0] == "const" else None for slot in slots]
-        template.append((launch, constants, [(p, slot) for p, slot in enumerate(slots) if slot[0] != "const"]))
+        bare = dataclasses.replace(launch, args=())  # the template holds no caller tensor
+        template.append((bare, constants, [(p, slot) for p, slot in enumerate(slots) if slot[0] != "const"]))
     return template
 
 
