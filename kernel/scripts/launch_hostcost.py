@@ -65,11 +65,14 @@ def plan_only(cases: list[str], arch: str, calls: int, repeats: int) -> None:
     for case in cases:
         call = launcher_args(*parse_case(case), "meta")
 
-        def full(call=call):
-            return plan_attention(*call, arch=arch)
+        def planner(*a):
+            return plan_attention(*a, arch=arch)
 
-        def cached(call=call, full=full):
-            return plan_cache.plan(lambda *a: full(a), call)
+        def full(call=call):
+            return planner(*call)
+
+        def cached(call=call):
+            return plan_cache.plan(planner, call)
 
         plan_cache.clear()
         for _ in range(3):

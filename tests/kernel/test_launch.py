@@ -177,8 +177,7 @@ def test_alternating_specializations_stay_correct(repeats):
             check_against_reference(inputs, atol, rtol, causal=True)
 
 
-def test_launch_hostcost_tool_cases_and_inputs():
-    """kernel/scripts/launch_hostcost.py: its case names and the paged batch it builds (on the CPU: shapes only)."""
+def _launch_hostcost_tool():
     import importlib.util
     from pathlib import Path
 
@@ -186,6 +185,12 @@ def test_launch_hostcost_tool_cases_and_inputs():
     spec = importlib.util.spec_from_file_location("launch_hostcost", path)
     tool = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(tool)
+    return tool
+
+
+def test_launch_hostcost_tool_cases_and_inputs():
+    """kernel/scripts/launch_hostcost.py: its case names and the paged batch it builds (on the CPU: shapes only)."""
+    tool = _launch_hostcost_tool()
     assert tool.parse_case("b1x256") == (1, 256, 1)
     assert tool.parse_case("b1x2048q512") == (1, 2048, 512)
     q, k, _, out, _, cu_seqlens_q, _, seqused_k, block_table, *rest = tool.launcher_args(3, 40, 5, "cpu")
@@ -197,13 +202,7 @@ def test_launch_hostcost_tool_cases_and_inputs():
 
 def test_launch_hostcost_tool_plans_on_any_machine(capsys):
     """--plan-only: planning alone on meta tensors, full against the plan cache (no GPU)."""
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[2] / "kernel" / "scripts" / "launch_hostcost.py"
-    spec = importlib.util.spec_from_file_location("launch_hostcost", path)
-    tool = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tool)
+    tool = _launch_hostcost_tool()
     assert tool.main(["--plan-only", "--arch", "ampere", "--cases", "b1x256,b2x64q32", "--calls", "2"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 3 and all("served from the cache" in line for line in lines[1:]), lines

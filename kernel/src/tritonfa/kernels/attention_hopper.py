@@ -89,6 +89,23 @@ PRODUCER_REGS_FP8_GATHER = gl.constexpr(32) if HAS_GLUON else 32
 # widens (2 x 128 x 200 + 128 x 112 = 64 K registers; sm_90: 0 spills, 96 left a few in the producer)
 CONSUMER_REGS_K_FROM_REGS = gl.constexpr(200) if HAS_GLUON else 200
 PRODUCER_REGS_K_FROM_REGS = gl.constexpr(112) if HAS_GLUON else 112
+
+
+@triton.constexpr_function
+def _partition_regs(gather, v_key_major, k_from_regs, producer):
+    """Registers per thread (setmaxnreg) of the second consumer warpgroup, or with `producer` of the producer, for a
+    kernel's loads: TMA, gathers, gathered fp8 V transposed, K widened from registers."""
+    if k_from_regs:
+        regs = PRODUCER_REGS_K_FROM_REGS if producer else CONSUMER_REGS_K_FROM_REGS
+    elif not gather:
+        regs = PRODUCER_REGS if producer else CONSUMER_REGS
+    elif v_key_major:
+        regs = PRODUCER_REGS_FP8_GATHER if producer else CONSUMER_REGS_FP8_GATHER
+    else:
+        regs = PAGED_PRODUCER_REGS if producer else CONSUMER_REGS_PAGED
+    return getattr(regs, "value", regs)
+
+
 # a persistent TMA producer also finds each work item's sequence and bounds
 PERSISTENT_PRODUCER_REGS = gl.constexpr(56) if HAS_GLUON else 56
 # dynamic persistent scheduling: work ids in flight from the producer to the consumers
@@ -1364,16 +1381,8 @@ if HAS_GLUON:
         ZERO_TAIL: gl.constexpr = not GATHER  # cp.async gathers zero-fill keys past the sequence themselves
         # a TMA producer is one warp issuing copies; a gathering one computes addresses (4 warps)
         PRODUCER_WARPS: gl.constexpr = PAGED_PRODUCER_WARPS if GATHER else 1
-        WORKER_REGS: gl.constexpr = (
-            ((CONSUMER_REGS_FP8_GATHER if V_KEY_MAJOR else CONSUMER_REGS_PAGED) if GATHER else CONSUMER_REGS)
-            if not K_FROM_REGS
-            else CONSUMER_REGS_K_FROM_REGS
-        )
-        PRODUCER_REGS_: gl.constexpr = (
-            ((PRODUCER_REGS_FP8_GATHER if V_KEY_MAJOR else PAGED_PRODUCER_REGS) if GATHER else PRODUCER_REGS)
-            if not K_FROM_REGS
-            else PRODUCER_REGS_K_FROM_REGS
-        )
+        WORKER_REGS: gl.constexpr = _partition_regs(GATHER, V_KEY_MAJOR, K_FROM_REGS, False)
+        PRODUCER_REGS_: gl.constexpr = _partition_regs(GATHER, V_KEY_MAJOR, K_FROM_REGS, True)
         HALF: gl.constexpr = BLOCK_M // 2
         FIRST: gl.constexpr = 0
         if PERSISTENT:
@@ -1551,16 +1560,8 @@ if HAS_GLUON:
                 ZERO_TAIL: gl.constexpr = not GATHER  # cp.async gathers zero-fill keys past the sequence themselves
                 # a TMA producer is one warp issuing copies; a gathering one computes addresses (4 warps)
                 PRODUCER_WARPS: gl.constexpr = PAGED_PRODUCER_WARPS if GATHER else 1
-                WORKER_REGS: gl.constexpr = (
-                    ((CONSUMER_REGS_FP8_GATHER if V_KEY_MAJOR else CONSUMER_REGS_PAGED) if GATHER else CONSUMER_REGS)
-                    if not K_FROM_REGS
-                    else CONSUMER_REGS_K_FROM_REGS
-                )
-                PRODUCER_REGS_: gl.constexpr = (
-                    ((PRODUCER_REGS_FP8_GATHER if V_KEY_MAJOR else PAGED_PRODUCER_REGS) if GATHER else PRODUCER_REGS)
-                    if not K_FROM_REGS
-                    else PRODUCER_REGS_K_FROM_REGS
-                )
+                WORKER_REGS: gl.constexpr = _partition_regs(GATHER, V_KEY_MAJOR, K_FROM_REGS, False)
+                PRODUCER_REGS_: gl.constexpr = _partition_regs(GATHER, V_KEY_MAJOR, K_FROM_REGS, True)
                 gl.warp_specialize(
                     [
                         (_consumer_default, (q_smem, k_bufs, v_bufs, q_ready, k_ready, v_ready, kv_empty, turns,
