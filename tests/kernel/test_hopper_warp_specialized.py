@@ -651,6 +651,76 @@ def test_warp_specialized_fp8_kv_prefill_with_k_from_registers(monkeypatch, head
     check_low_precision(inputs, causal=False)
 
 
+WIDEN = "widen_kv_kernel"
+
+
+@pytest.mark.skipif(not attention_hopper.HAS_GLUON, reason="this triton has no Gluon")
+def test_which_calls_widen_fp8_kv_before_the_16_bit_prefill(monkeypatch):
+    """Config `ws_fp8_widen_copy`: a 16-bit q with fp8 K/V (e4m3 or e5m2, contiguous or paged, any head size the
+    16-bit prefill takes) is one widening launch then the 16-bit Gluon prefill over the copies; a mixed batch's
+    decodes stay on the fp8 cache; what the 16-bit prefill does not cover, a rounded q, and copies over the cap
+    keep the other paths."""
+    from tritonfa.kernels import attention
+
+    monkeypatch.setenv("TRITONFA_CONFIG", _ws_fp8_config(ws_fp8_paged=True, ws_fp8_k16=True, ws_fp8_widen_copy=True))
+    for kv_dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
+        for head_size, layout in ((64, "contiguous"), (128, "paged"), (256, "paged_heads_major"), (96, "contiguous")):
+            inputs = make_inputs([40], [40], num_heads=(8, 2), head_size=head_size, kv_dtype=kv_dtype, kv_layout=layout)
+            launches = plan_attention(**{k: v.to("meta") if isinstance(v, torch.Tensor) else v
+                                         for k, v in _args(inputs).items()})  # fmt: skip
+            assert [launch.fn.__name__ for launch in launches] == [WIDEN, WS], (kv_dtype, head_size, layout)
+            widened_k = launches[1].args[1]  # the prefill's K descriptor: over the 16-bit copy
+            assert widened_k.base.dtype == inputs.q.dtype and not launches[1].constexprs["FP8"]
+            assert not launches[1].constexprs["PAGED"], "pages gathered into the copy"
+    fp8_kv = make_inputs([40], [40], num_heads=(8, 2), head_size=64, kv_dtype=torch.float8_e4m3fn)
+    scale = torch.ones((), device=fp8_kv.q.device)
+    assert _plan(fp8_kv, k_descale=scale, v_descale=scale) == [WIDEN, WS], "descales: on the scores and O"
+    mixed = make_inputs([40, 1, 1], [40, 30, 9], num_heads=(8, 2), head_size=64, kv_dtype=torch.float8_e4m3fn,
+                        kv_layout="paged")  # fmt: skip
+    assert _plan(mixed) == [WIDEN, WS, PORTABLE], "decodes on decode tiles over the fp8 cache"
+    assert _plan(fp8_kv, window_left=20) == [PORTABLE], "windows: the portable kernel, as without the copy"
+    fp8_qkv = make_inputs([40], [40], num_heads=(8, 2), head_size=64, dtype=torch.float8_e4m3fn)
+    assert _plan(fp8_qkv) == [WS], "fp8 q: fp8 dots, nothing to widen"
+    monkeypatch.setattr(attention, "WIDEN_COPY_MAX_BYTES", 2 * 40 * 2 * 64 * 2 - 1)
+    assert _plan(fp8_kv) == [WS], "a copy over the cap: widened in the kernel (ws_fp8_k16)"
+    monkeypatch.setenv("TRITONFA_CONFIG", _ws_fp8_config(ws_fp8_widen_copy=True, fp8_q_for_fp8_kv=True))
+    assert _plan(fp8_kv) == [WS] and _constexprs(fp8_kv)["QUANTIZE_Q"], "q rounded to fp8: fp8 dots"
+    monkeypatch.setenv("TRITONFA_CONFIG", WS_CONFIG)
+    bf16 = make_inputs([40], [40], num_heads=(8, 2), head_size=64)
+    assert _plan(bf16, q_descale=scale, k_descale=scale, v_descale=scale) == [WS], "16-bit with descales"
+
+
+@_fp8_kv_cases
+def test_warp_specialized_fp8_kv_prefill_with_widened_copy(monkeypatch, head_size, kv_layout, q_dtype, persistent):
+    """Config `ws_fp8_widen_copy`: K and V widened by a launch before the 16-bit prefill (pages gathered into the
+    copy); odd lengths, an empty sequence, NaN past the sequences, descales on the scores and O."""
+    monkeypatch.setenv("TRITONFA_CONFIG", _ws_fp8_config(ws_fp8_paged=True, ws_fp8_widen_copy=True,
+                                                         ws_persistent=persistent))  # fmt: skip
+    inputs = _fp8_kv_batch(head_size, q_dtype, kv_layout)
+    assert _plan(inputs)[:2] == [WIDEN, WS]
+    descale = fp8_descale("per_head", inputs.batch, inputs.num_kv_heads)
+    check_low_precision(inputs, causal=True, k_descale=descale, v_descale=descale)
+    check_low_precision(inputs, causal=False)
+
+
+@pytest.mark.skipif(not (ON_HOPPER and attention_hopper.HAS_GLUON), reason="Gluon kernels run on a Hopper GPU only")
+@pytest.mark.parametrize("head_size", [96, 256])
+@pytest.mark.parametrize("kv_dtype", [torch.float8_e4m3fn, torch.float8_e5m2])
+def test_warp_specialized_widened_copy_other_head_sizes_and_e5m2(monkeypatch, head_size, kv_dtype):
+    """Head sizes the in-kernel widening does not take (256; 96 in 128-wide tiles) and e5m2 caches, paged, with a
+    mixed batch's decodes; and a 16-bit call with descales (applied as for fp8)."""
+    monkeypatch.setenv("TRITONFA_CONFIG", _ws_fp8_config(ws_fp8_paged=True, ws_fp8_widen_copy=True))
+    inputs = make_inputs([300, 1, 129, 3, 77], [300, 40, 1000, 19, 200], num_heads=(16, 8), head_size=head_size,
+                         kv_dtype=kv_dtype, kv_layout="paged", block_size=16)  # fmt: skip
+    assert _plan(inputs) == [WIDEN, WS, PORTABLE]
+    descale = fp8_descale("per_head", inputs.batch, inputs.num_kv_heads)
+    check_low_precision(inputs, causal=True, k_descale=descale, v_descale=descale)
+    bf16 = make_inputs([300, 129], [300, 1000], num_heads=(16, 8), head_size=head_size)
+    scale = fp8_descale("per_head", bf16.batch, bf16.num_kv_heads)
+    assert _plan(bf16, k_descale=scale, v_descale=scale) == [WS]
+    check_against_reference(bf16, *TOLERANCES[torch.bfloat16], causal=True, k_descale=scale, v_descale=scale)
+
+
 @_fp8_kv_cases
 def test_warp_specialized_fp8_kv_prefill_with_q_split(monkeypatch, head_size, kv_layout, q_dtype, persistent):
     """A 16-bit q with fp8 K/V as two fp8 terms (config `ws_fp8_q_split`): QK two fp8 wgmmas, V gathered and

@@ -61,6 +61,11 @@ class AttentionConfig:
     # with ws_fp8_k16: the producer loads K's fp8 rows into registers and widens them from there (no staging tiles
     # for K: one shared-memory pass per K byte instead of three)
     ws_fp8_k16_regs: bool = False
+    # with warp_specialized: a 16-bit q with fp8 K/V (not rounded: fp8_q_for_fp8_kv off) has K and V widened to q's
+    # type by one launch before the attention (kernels/widen_kv.py: each key widened once, not once per query tile
+    # and q head), then runs the 16-bit Gluon prefill (paged: over a gathered copy); calls whose copy would pass
+    # attention.WIDEN_COPY_MAX_BYTES keep ws_fp8_k16. Opt-in until measured
+    ws_fp8_widen_copy: bool = False
     # with ws_fp8 (and ws_fp8_paged for pages): a 16-bit q with e4m3 K/V as two fp8 terms (hi + the rest: ~8 bits
     # of q, a bf16 q exactly), QK as two fp8 wgmmas, V gathered and widened to fp16; not with fp8_q_for_fp8_kv (one
     # term). Opt-in until measured

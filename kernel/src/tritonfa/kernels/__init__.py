@@ -143,6 +143,8 @@ def cross_compile_specs(arch: str) -> list[dict[str, Any]]:
     plans = [plan_attention]
     if arch == "hopper":
         plans.append(functools.partial(_plan_with_override, json.dumps(portable_only)))
+        # the opt-in widening launch before a 16-bit prefill over fp8 K/V (config `ws_fp8_widen_copy`)
+        plans.append(functools.partial(_plan_with_override, json.dumps({"hopper": {"ws_fp8_widen_copy": True}})))
     for head_dim, variant, decode, plan in itertools.product(head_dims, _variants(arch), (False, True), plans):
         inputs = _meta_inputs(arch, head_dim=head_dim, decode=decode, **variant)
         for launch in plan(**inputs):
@@ -332,6 +334,20 @@ def _hopper_prefill_specs() -> list[dict[str, Any]]:
         assert constexprs["K_FROM_REGS"]
         name = (f"{fn.__name__}[hopper d{head_dim} CAUSAL=True PAGED={paged} K16 K_FROM_REGS"
                 + (" PERSISTENT" if programs else "") + "]")  # fmt: skip
+        specs.append(dict(name=name, fn=fn, bound_args=args, constexprs=constexprs, options=options, gluon=True))
+    # 16-bit K/V with descales (a widened fp8 cache, config `ws_fp8_widen_copy`): per-head k and v descales, D 64 /
+    # 128 / 256, both grids where they fit
+    for head_dim, programs in ((64, 0), (64, 132), (128, 0), (128, 132), (256, 0)):
+        inputs = _meta_inputs("hopper", bf16, bf16, head_dim, paged=False, decode=False, features=False)
+        scale = torch.empty((4, 4), dtype=torch.float32, device="meta")
+        fn, _, args, constexprs, options = attention_hopper.plan_hopper_prefill(
+            inputs["q"], inputs["k"], inputs["v"], inputs["out"], None, inputs["cu_seqlens_q"], inputs["cu_seqlens_k"],
+            None, None, 0.125, True, 1, 16, k_descale=scale, v_descale=scale, persistent_programs=programs,
+        )  # fmt: skip
+        assert constexprs["HAS_K_DESCALE"] and constexprs["HAS_V_DESCALE"] and not constexprs["FP8"]
+        name = f"{fn.__name__}[hopper d{head_dim} CAUSAL=True PAGED=False K_DESCALE V_DESCALE" + (
+            " PERSISTENT]" if programs else "]"
+        )
         specs.append(dict(name=name, fn=fn, bound_args=args, constexprs=constexprs, options=options, gluon=True))
     # gathered heads-major pages at a padded D 40: slot strides of 40, multiples of a 16-byte copy but not of 16
     inputs = _meta_inputs("hopper", bf16, bf16, 40, paged=True, decode=False, features=False, page_size=64,

@@ -31,12 +31,14 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 
 from tritonfa.configs import DECODE_MAX_SEQLEN_Q, AttentionConfig, detect_arch, native_fp8_dot, select_config
 from tritonfa.fp8 import FP8_DTYPES, descale_strides, fp8_max, is_fp8, p_scale
-from tritonfa.kernels import attention_hopper, plan_cache
+from tritonfa.kernels import attention_hopper, plan_cache, widen_kv
 from tritonfa.kernels.launch import launch
 
 LOG2E = tl.constexpr(1.4426950408889634)
 LN2 = tl.constexpr(0.6931471805599453)
 MAX_SPLITS = 64
+# fp8 types whose every value is a bf16 and an fp16 value (OCP formats; the fnuz ones are MI300's)
+_WIDENABLE_FP8 = tuple(getattr(torch, name) for name in ("float8_e4m3fn", "float8_e5m2") if hasattr(torch, name))
 
 
 @triton.jit
@@ -835,6 +837,13 @@ def plan_attention(
             and k.dtype == v.dtype == torch.float8_e4m3fn
         )  # fmt: skip
         quantize_q = quantize_q or q_split
+        if prefill_config.ws_fp8_widen_copy and not quantize_q:
+            widened = _plan_widened_hopper_prefill(
+                q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, max_seqlen_k, softmax_scale,
+                window_right == 0, prefill_config, q_descale, k_descale, v_descale, features,
+            )  # fmt: skip
+            if widened is not None:
+                return widened if num_seqs == 1 else widened + plan(decode_config, seq_filter=2, num_splits=1)
         if attention_hopper.supports(q, k, v, out, block_table is not None, features, prefill_config.ws_fp8,
                                      quantize_q, prefill_config.ws_fp8_paged, prefill_config.ws_pad_head_dim,
                                      prefill_config.ws_fp8_k16):  # fmt: skip
@@ -848,6 +857,43 @@ def plan_attention(
     if num_seqs == 1:
         return plan(prefill_config, seq_filter=0, num_splits=1)
     return plan(prefill_config, seq_filter=1, num_splits=1) + plan(decode_config, seq_filter=2, num_splits=1)
+
+
+# The most a widened copy of fp8 K/V may take (both tensors); larger calls widen inside the kernel (ws_fp8_k16).
+WIDEN_COPY_MAX_BYTES = 1 << 30
+
+
+def _plan_widened_hopper_prefill(
+    q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, max_seqlen_k, softmax_scale, causal,
+    config: AttentionConfig, q_descale, k_descale, v_descale, features: dict,
+) -> list[KernelLaunch] | None:  # fmt: skip
+    """A 16-bit q with fp8 K/V (config `ws_fp8_widen_copy`): K and V widened to q's type by one launch
+    (`widen_kv`), then the 16-bit Gluon prefill over the copies with the descales applied to the scores and O.
+    None where that does not apply (not such a call, the copy would be too large, or the Gluon prefill does not
+    cover the call)."""
+    widenable = (
+        q.dtype in (torch.float16, torch.bfloat16) and k.dtype == v.dtype and k.dtype in _WIDENABLE_FP8
+        and k.shape[-1] == v.shape[-1] and k.stride(-1) == 1 and v.stride(-1) == 1
+        and not any(on for name, on in features.items() if name != "descale")
+    )  # fmt: skip
+    if not widenable:
+        return None
+    num_seqs = cu_seqlens_q.shape[0] - 1
+    paged = block_table is not None
+    rows = widen_kv.rows_needed(k, num_seqs, max_seqlen_k, paged)
+    if rows == 0 or 2 * rows * k.shape[-2] * k.shape[-1] * q.element_size() > WIDEN_COPY_MAX_BYTES:
+        return None
+    widen, k16, v16, cu_seqlens_k16, seqused_k16 = widen_kv.plan_widen_kv(
+        q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, max_seqlen_k,
+        DECODE_MAX_SEQLEN_Q if num_seqs > 1 else 0,
+    )  # fmt: skip
+    if not attention_hopper.supports(q, k16, v16, out, False, features, pad_head_dim=config.ws_pad_head_dim):
+        return None
+    fast = _plan_hopper_prefill(
+        q, k16, v16, out, lse, cu_seqlens_q, cu_seqlens_k16, seqused_k16, None, softmax_scale, causal, config,
+        q_descale, k_descale, v_descale, False, False, seq_filter=0 if num_seqs == 1 else 1,
+    )  # fmt: skip
+    return [KernelLaunch(*widen), fast]
 
 
 def _plan_hopper_prefill(

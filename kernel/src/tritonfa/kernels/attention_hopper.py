@@ -203,7 +203,9 @@ def supports(q, k, v, out, paged: bool, features: dict, fp8: bool = False, quant
             return False
         if any(on for name, on in features.items() if name != "descale"):
             return False
-    elif any(features.values()) or not (q.dtype == k.dtype == v.dtype and q.dtype in SIXTEEN_BIT):
+    elif any(on for name, on in features.items() if name != "descale") or not (
+        q.dtype == k.dtype == v.dtype and q.dtype in SIXTEEN_BIT
+    ):  # 16-bit: descales scale the scores and O as for fp8 (a widened fp8 cache's, `widen_kv`)
         return False
     head_dim = q.shape[-1]
     if k.shape[-1] != head_dim or v.shape[-1] != head_dim:
@@ -945,10 +947,7 @@ if HAS_GLUON:
 
         # Rows that saw no key have l = 0 and O = 0: divide by 1 so they come out as 0, not NaN.
         l_safe = gl.where(l_i == 0.0, 1.0, l_i)
-        if FP8:
-            o_factor = out_scale / l_safe
-        else:
-            o_factor = 1.0 / l_safe
+        o_factor = out_scale / l_safe  # out_scale: V's descale (1 without one)
         b_o = b_o * gl.expand_dims(gl.convert_layout(o_factor, gl.SliceLayout(1, o_layout)), 1)
         # 16-byte stores: each thread writes 8 consecutive elements of a row
         store_layout: gl.constexpr = gl.BlockedLayout([1, 8], [32 // (HEAD_DIM // 8), HEAD_DIM // 8], [num_warps, 1],
@@ -994,7 +993,7 @@ if HAS_GLUON:
                 HAS_Q_DESCALE: gl.constexpr, HAS_K_DESCALE: gl.constexpr, HAS_V_DESCALE: gl.constexpr):  # fmt: skip
         # (scores -> log2 units, O's factor besides 1 / l) of one (sequence, kv head): descales fold in here
         qk_scale = softmax_scale * 1.4426950408889634  # log2 domain: exp2 with the scale folded in
-        out_scale = gl.to_tensor(1.0)  # FP8 only
+        out_scale = gl.to_tensor(1.0)
         if HAS_Q_DESCALE:
             qk_scale *= gl.load(q_descale_ptr + seq * stride_qdesc_seq + kv_head * stride_qdesc_head)
         if HAS_K_DESCALE:
