@@ -338,9 +338,11 @@ def _kernel_config(inputs: Inputs):
                 os.environ["TRITONFA_CONFIG"] = previous
 
 
-def kernel_numerics(batch: Batch, inputs: Inputs) -> tuple[str, int]:
-    """(P strategy, BLOCK_N) of the launch that computes these inputs' first sequence, as the launcher plans it on
-    this device (nothing runs): `pow2` where V meets P in an fp8 dot, `p16` where it reaches the dot in 16 bits."""
+def kernel_numerics(batch: Batch, inputs: Inputs, mode: Mode) -> tuple[str, int, torch.dtype]:
+    """(P strategy, BLOCK_N, P's type under `p16`) of the launch that computes these inputs' first sequence, as the
+    launcher plans it on this device (nothing runs): `pow2` where V meets P in an fp8 dot, `p16` where it reaches
+    the dot in 16 bits - fp16 beside fp8 V widened in the kernel, q's type where K and V were widened to it before
+    the prefill (Hopper's `ws_fp8_widen_copy`: the prefill is a 16-bit call)."""
     from tritonfa.kernels.attention import plan_attention
 
     q = inputs.kernel_q if inputs.kernel_q is not None else inputs.q
@@ -351,12 +353,15 @@ def kernel_numerics(batch: Batch, inputs: Inputs) -> tuple[str, int]:
             inputs.q_descale, inputs.k_descale, inputs.v_descale, None, max(batch.seqlens_q), max(batch.seqlens_k),
             q.shape[-1] ** -0.5, -1, 0, 0.0, num_splits=1,
         )  # fmt: skip
-    constexprs = launches[0].constexprs
+    # the attention launch (a widening launch may come first)
+    constexprs = next(c for c in (launch.constexprs for launch in launches) if "P_SCALE_LOG2" in c or "V_IS_FP8" in c)
+    widened_before = False
     if "P_SCALE_LOG2" in constexprs:  # Hopper's Gluon prefill: P scaled for an fp8 P@V only (V not widened)
         fp8_p = constexprs["FP8"] and constexprs["P_SCALE_LOG2"] != 0
+        widened_before = mode.kv_fp8 and not constexprs["FP8"]
     else:  # the portable kernel
         fp8_p = constexprs["V_IS_FP8"]
-    return ("pow2" if fp8_p else "p16"), constexprs["BLOCK_N"]
+    return ("pow2" if fp8_p else "p16"), constexprs["BLOCK_N"], q.dtype if widened_before else p16_dtype(mode)
 
 
 def _scalar(t: torch.Tensor | None, device) -> torch.Tensor:
@@ -565,14 +570,14 @@ def measure_scenario(
     for mode_name in dict.fromkeys(m for m, _ in wanted):
         mode = MODES[mode_name]
         inputs = mode_inputs(batch, mode, fp8)
-        kernel_strategy, block_n = kernel_numerics(batch, inputs)
+        kernel_strategy, block_n, kernel_p16 = kernel_numerics(batch, inputs, mode)
         facts.setdefault("block_n", {})[mode_name] = block_n
         facts.setdefault("kernel_p", {})[mode_name] = kernel_strategy
         kernel_out = p16_out = None
         # 16-bit P first: the other strategies' P-quantization error is measured against it
         strategies = sorted((s for m, s in wanted if m == mode_name), key=lambda s: s != "p16")
         for strategy in strategies:
-            p_dtype = p16_dtype(mode) if strategy == "p16" else fp8
+            p_dtype = kernel_p16 if strategy == "p16" else fp8
             p_scale = {"calibrated": calibrated, "pow2": _pow2_p_scale(fp8), "unscaled": 1.0}.get(strategy)
             if strategy == "p16" and mode.kv_fp8:
                 p_scale = None

@@ -58,13 +58,17 @@ def test_emulation_matches_kernel(scenario):
 def test_kernel_numerics_follow_the_launcher(monkeypatch):
     """The P each mode gets, as planned: fp8 P (power of two) in the portable kernel (this CPU's interpreter, or
     any device without the Gluon prefill); on Hopper (planned on meta tensors, as CI's cross-compile does) 16-bit P
-    for causal prefill with fp8 V, which the Gluon prefill widens to fp16 - 128-key blocks but k16's 64."""
+    for causal prefill with fp8 V, which the Gluon prefill widens to fp16 (128-key blocks), or, for a bf16 q, in
+    bf16 over K and V widened to bf16 before the prefill (ws_fp8_widen_copy; in the kernel, k16: fp16, 64 keys)."""
     batch = study.make_batch(study.SCENARIOS["gauss"], SIZES, 0, DEVICE)
     planned = {
-        name: study.kernel_numerics(batch, study.mode_inputs(batch, mode, FP8)) for name, mode in study.MODES.items()
+        name: study.kernel_numerics(batch, study.mode_inputs(batch, mode, FP8), mode)
+        for name, mode in study.MODES.items()
     }
+    bf16, fp16 = torch.bfloat16, torch.float16
     if not ON_GPU:
-        assert planned == {"bf16": ("p16", 64), "fp8kv": ("pow2", 64), "fp8qkv": ("pow2", 64), "fp8kv_q8": ("pow2", 64)}
+        assert planned == {"bf16": ("p16", 64, bf16), "fp8kv": ("pow2", 64, fp16), "fp8qkv": ("pow2", 64, fp16),
+                           "fp8kv_q8": ("pow2", 64, fp16)}  # fmt: skip
     from tritonfa.kernels import attention_hopper
 
     if not attention_hopper.HAS_GLUON:
@@ -74,14 +78,21 @@ def test_kernel_numerics_follow_the_launcher(monkeypatch):
     q = torch.empty(416, 4, 128, dtype=torch.bfloat16, device=meta)
     k = torch.empty(416, 2, 128, dtype=torch.bfloat16, device=meta)
     hopper = study.Batch(q, k, torch.empty_like(k), [256, 160], [256, 160])
-    on_hopper = {}
-    for name, mode in study.MODES.items():
-        inputs = study.Inputs(
-            q.to(FP8) if mode.q_fp8 else q, k.to(FP8) if mode.kv_fp8 else k, k.to(FP8) if mode.kv_fp8 else k,
-            None, None, None, kernel_config='{"fp8_q_for_fp8_kv": true}' if mode.q_row_fp8 else None,
-        )  # fmt: skip
-        on_hopper[name] = study.kernel_numerics(hopper, inputs)
-    assert on_hopper == {"bf16": ("p16", 128), "fp8kv": ("p16", 64), "fp8qkv": ("p16", 128), "fp8kv_q8": ("p16", 128)}
+
+    def on_hopper(widen_copy: bool) -> dict:
+        planned = {}
+        for name, mode in study.MODES.items():
+            config = {"fp8_q_for_fp8_kv": mode.q_row_fp8, "ws_fp8_widen_copy": widen_copy}
+            inputs = study.Inputs(
+                q.to(FP8) if mode.q_fp8 else q, k.to(FP8) if mode.kv_fp8 else k, k.to(FP8) if mode.kv_fp8 else k,
+                None, None, None, kernel_config=json.dumps(config),
+            )  # fmt: skip
+            planned[name] = study.kernel_numerics(hopper, inputs, mode)
+        return planned
+
+    assert on_hopper(True) == {"bf16": ("p16", 128, bf16), "fp8kv": ("p16", 128, bf16), "fp8qkv": ("p16", 128, fp16),
+                               "fp8kv_q8": ("p16", 128, fp16)}  # fmt: skip
+    assert on_hopper(False)["fp8kv"] == ("p16", 64, fp16), "K and V widened in the kernel (k16)"
 
 
 def test_emulation_check_reports_a_mismatch():

@@ -58,6 +58,7 @@ def _constexprs(inputs, **kwargs):
 
 WS = "attention_fwd_hopper_kernel"
 PORTABLE = "attention_fwd_kernel"
+WIDEN = "widen_kv_kernel"
 
 
 @pytest.mark.skipif(not attention_hopper.HAS_GLUON, reason="this triton has no Gluon")
@@ -87,7 +88,7 @@ def test_which_calls_take_the_warp_specialized_path(monkeypatch):
     assert _plan(odd_page) == [PORTABLE], "a page that is not a power of two"
     assert _plan(make_inputs([40], [40], num_heads=(8, 2), head_size=64, use_seqused_k=True)) == [WS]
     fp8_kv = make_inputs([40], [40], num_heads=(8, 2), head_size=64, kv_dtype=torch.float8_e4m3fn)
-    assert _plan(fp8_kv)[0] == WS, "a 16-bit q meets fp8 K/V in Gluon: widened (ws_fp8_k16, on by default)"
+    assert _plan(fp8_kv) == [WIDEN, WS], "a 16-bit q meets fp8 K/V: widened first (ws_fp8_widen_copy, by default)"
     mixed = make_inputs([40, 1, 1], [40, 30, 9], num_heads=(8, 2), head_size=64, kv_layout="paged")
     assert _plan(mixed) == [WS, PORTABLE], "a mixed batch: prefill sequences here, decodes on decode tiles"
     packed = make_inputs([40], [40], num_heads=(8, 2), head_size=64, packed_qkv=True)
@@ -473,9 +474,11 @@ def test_which_fp8_calls_take_the_warp_specialized_path(monkeypatch):
         assert _plan(qkv, q_descale=scale, k_descale=scale, v_descale=scale) == [WS], "descales are fine"
     assert _plan(make_inputs([40], [40], num_heads=(8, 2), head_size=256, dtype=fp8)) == [PORTABLE], "O + P@V > regs"
     fp8_kv = make_inputs([40], [40], num_heads=(8, 2), head_size=64, kv_dtype=fp8)
-    assert _plan(fp8_kv) == [WS], "a 16-bit q meets fp8 K/V here: widened (ws_fp8_k16, on by default)"
-    monkeypatch.setenv("TRITONFA_CONFIG", _ws_fp8_config(ws_fp8_k16=False))
-    assert _plan(fp8_kv) == [PORTABLE], "ws_fp8_k16 off: only when q may be quantized"
+    assert _plan(fp8_kv) == [WIDEN, WS], "a 16-bit q meets fp8 K/V: widened first (ws_fp8_widen_copy, by default)"
+    monkeypatch.setenv("TRITONFA_CONFIG", _ws_fp8_config(ws_fp8_widen_copy=False))
+    assert _plan(fp8_kv) == [WS], "widened in the kernel (ws_fp8_k16, on by default)"
+    monkeypatch.setenv("TRITONFA_CONFIG", _ws_fp8_config(ws_fp8_k16=False, ws_fp8_widen_copy=False))
+    assert _plan(fp8_kv) == [PORTABLE], "both off: only when q may be quantized"
     paged = make_inputs([40], [40], num_heads=(8, 2), head_size=64, dtype=fp8, kv_layout="paged")
     monkeypatch.setenv("TRITONFA_CONFIG", _ws_fp8_config(ws_fp8_paged=False))
     assert _plan(paged) == [PORTABLE], "ws_fp8_paged off: paged fp8 on the portable kernel"
@@ -623,7 +626,8 @@ def _fp8_kv_batch(head_size: int, q_dtype: torch.dtype, kv_layout: str):
 def test_warp_specialized_fp8_kv_prefill_with_k_widened(monkeypatch, head_size, kv_layout, q_dtype, persistent):
     """A 16-bit q with fp8 K/V, q not rounded (config `ws_fp8_k16`): the producer gathers K and V and widens them to
     q's type and fp16, both dots 16-bit; odd lengths, an empty sequence, NaN past the sequences, descales."""
-    monkeypatch.setenv("TRITONFA_CONFIG", _ws_fp8_config(ws_fp8_paged=True, ws_fp8_k16=True, ws_persistent=persistent))
+    monkeypatch.setenv("TRITONFA_CONFIG", _ws_fp8_config(ws_fp8_paged=True, ws_fp8_k16=True, ws_fp8_widen_copy=False,
+                                                         ws_persistent=persistent))  # fmt: skip
     inputs = _fp8_kv_batch(head_size, q_dtype, kv_layout)
     constexprs = _constexprs(inputs)
     assert _plan(inputs)[0] == WS and not constexprs["QUANTIZE_Q"]
@@ -641,7 +645,8 @@ def test_warp_specialized_fp8_kv_prefill_with_k_widened(monkeypatch, head_size, 
 def test_warp_specialized_fp8_kv_prefill_with_k_from_registers(monkeypatch, head_size, kv_layout, persistent):
     """K widened from the producer's registers (config `ws_fp8_k16_regs`): block j + 1's K rows loaded while block j
     is widened, no K staging; odd lengths, an empty sequence, NaN past the sequences, descales."""
-    config = _ws_fp8_config(ws_fp8_paged=True, ws_fp8_k16=True, ws_fp8_k16_regs=True, ws_persistent=persistent)
+    config = _ws_fp8_config(ws_fp8_paged=True, ws_fp8_k16=True, ws_fp8_k16_regs=True, ws_fp8_widen_copy=False,
+                            ws_persistent=persistent)  # fmt: skip
     monkeypatch.setenv("TRITONFA_CONFIG", config)
     inputs = _fp8_kv_batch(head_size, torch.bfloat16, kv_layout)
     constexprs = _constexprs(inputs)
@@ -649,9 +654,6 @@ def test_warp_specialized_fp8_kv_prefill_with_k_from_registers(monkeypatch, head
     descale = fp8_descale("per_head", inputs.batch, inputs.num_kv_heads)
     check_low_precision(inputs, causal=True, k_descale=descale, v_descale=descale)
     check_low_precision(inputs, causal=False)
-
-
-WIDEN = "widen_kv_kernel"
 
 
 @pytest.mark.skipif(not attention_hopper.HAS_GLUON, reason="this triton has no Gluon")
@@ -717,7 +719,7 @@ def test_warp_specialized_widened_copy_other_head_sizes_and_e5m2(monkeypatch, he
     check_low_precision(inputs, causal=True, k_descale=descale, v_descale=descale)
     bf16 = make_inputs([300, 129], [300, 1000], num_heads=(16, 8), head_size=head_size)
     scale = fp8_descale("per_head", bf16.batch, bf16.num_kv_heads)
-    assert _plan(bf16, k_descale=scale, v_descale=scale) == [WS]
+    assert _plan(bf16, k_descale=scale, v_descale=scale)[0] == WS
     check_against_reference(bf16, *TOLERANCES[torch.bfloat16], causal=True, k_descale=scale, v_descale=scale)
 
 
@@ -773,10 +775,10 @@ def test_widened_k_is_planned_for_a_16_bit_q_with_fp8_kv(monkeypatch):
     fp8 = torch.float8_e4m3fn
     paged = make_inputs([300], [300], num_heads=(8, 2), head_size=128, kv_dtype=fp8, kv_layout="paged")
     contiguous = make_inputs([300], [300], num_heads=(8, 2), head_size=128, kv_dtype=fp8)
-    assert _plan(paged)[0] == _plan(contiguous)[0] == WS, "on by default (Hopper)"
-    monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"ws_fp8_k16": False}}))
+    assert _plan(paged)[:2] == _plan(contiguous)[:2] == [WIDEN, WS], "widened before the prefill by default (Hopper)"
+    monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"ws_fp8_k16": False, "ws_fp8_widen_copy": False}}))
     assert _plan(paged)[0] == _plan(contiguous)[0] == PORTABLE, "off: the portable kernel's exact fp16 QK"
-    monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"ws_fp8_k16": True}}))
+    monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"ws_fp8_k16": True, "ws_fp8_widen_copy": False}}))
     for inputs in (paged, contiguous):
         constexprs = _constexprs(inputs)
         assert _plan(inputs)[0] == WS and not constexprs["QUANTIZE_Q"] and constexprs["P_SCALE_LOG2"] == 0
@@ -784,10 +786,11 @@ def test_widened_k_is_planned_for_a_16_bit_q_with_fp8_kv(monkeypatch):
     assert _constexprs(contiguous)["PERSISTENT"], "the widened consumers fit the persistent grid"
     assert not _constexprs(paged)["PERSISTENT"], "paged ran faster on the flat grid"
     small = make_inputs([300], [300], num_heads=(8, 2), head_size=64, kv_dtype=fp8)
-    monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"ws_fp8_k16": True, "ws_stages": 2}}))
+    monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"ws_fp8_k16": True, "ws_fp8_widen_copy": False,
+                                                                 "ws_stages": 2}}))  # fmt: skip
     for inputs in (paged, contiguous, small):
         assert _constexprs(inputs)["STAGES"] == 3, "two slots deadlock a widened K (WIDENED_K_MIN_STAGES)"
-    monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"ws_fp8_k16": True}}))
+    monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"ws_fp8_k16": True, "ws_fp8_widen_copy": False}}))
     non_causal = _constexprs(contiguous, window_right=-1)
     assert non_causal["PERSISTENT"] and non_causal["BLOCK_N"] == 64
     monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"ws_fp8_k16": True, "fp8_q_for_fp8_kv": True}}))

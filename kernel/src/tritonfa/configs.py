@@ -61,10 +61,10 @@ class AttentionConfig:
     # with ws_fp8_k16: the producer loads K's fp8 rows into registers and widens them from there (no staging tiles
     # for K: one shared-memory pass per K byte instead of three)
     ws_fp8_k16_regs: bool = False
-    # with warp_specialized: a 16-bit q with fp8 K/V (not rounded: fp8_q_for_fp8_kv off) has K and V widened to q's
-    # type by one launch before the attention (kernels/widen_kv.py: each key widened once, not once per query tile
-    # and q head), then runs the 16-bit Gluon prefill (paged: over a gathered copy); calls whose copy would pass
-    # attention.WIDEN_COPY_MAX_BYTES keep ws_fp8_k16. Opt-in until measured
+    # with ws_fp8: a 16-bit q with fp8 K/V (e4m3 or e5m2, not rounded: fp8_q_for_fp8_kv off) has K and V widened to
+    # q's type by one launch before the attention (kernels/widen_kv.py: each key widened once, not once per query
+    # tile and q head), then runs the 16-bit Gluon prefill (paged: over a gathered copy); calls whose copy would pass
+    # attention.WIDEN_COPY_MAX_BYTES keep ws_fp8_k16. Hopper: on
     ws_fp8_widen_copy: bool = False
     # with ws_fp8 (and ws_fp8_paged for pages): a 16-bit q with e4m3 K/V as two fp8 terms (hi + the rest: ~8 bits
     # of q, a bf16 q exactly), QK as two fp8 wgmmas, V gathered and widened to fp16; not with fp8_q_for_fp8_kv (one
@@ -149,6 +149,7 @@ _HOPPER_PREFILL = dict(
     ws_fp8_paged_v16=True,
     ws_fp8_v16_contiguous="causal",
     ws_fp8_k16=True,
+    ws_fp8_widen_copy=True,
     ws_pad_head_dim=True,
 )
 
@@ -169,6 +170,8 @@ _TABLE: dict[tuple[str, bool], dict[int, AttentionConfig]] = {
     # ws_fp8_k16 (H200, session 10, against the portable kernel): fp8 KV with a bf16 q, b8x2048 causal 1.123 -> 0.964
     # ms, paged 1.750 -> 1.104; ws_fp8_v16_contiguous "causal" (session 11, same run): fp8 q/k/v b8x2048 causal
     # 0.599 -> 0.570 (FA3 0.562); kernel/results/2026-12-04-h200-session10 and -session11
+    # ws_fp8_widen_copy (H200, session 14, against k16, same process): fp8 KV with a bf16 q, b8x2048 causal 0.825 ->
+    # 0.581 ms (bf16 0.573), paged 1.030 -> 0.589 (bf16 paged 0.590); kernel/results/2026-12-04-h200-session14
     ("hopper", False): {
         64: AttentionConfig(128, 64, 8, 3, **_HOPPER_PREFILL),
         128: AttentionConfig(128, 64, 8, 3, **_HOPPER_PREFILL),

@@ -837,7 +837,7 @@ def plan_attention(
             and k.dtype == v.dtype == torch.float8_e4m3fn
         )  # fmt: skip
         quantize_q = quantize_q or q_split
-        if prefill_config.ws_fp8_widen_copy and not quantize_q:
+        if prefill_config.ws_fp8 and prefill_config.ws_fp8_widen_copy and not quantize_q:
             widened = _plan_widened_hopper_prefill(
                 q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, max_seqlen_k, softmax_scale,
                 window_right == 0, prefill_config, q_descale, k_descale, v_descale, features,
