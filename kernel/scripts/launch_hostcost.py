@@ -1,5 +1,5 @@
 """Host time per launcher call (`attention_forward`: plan + launch): Triton's binding, the prepared launch, the
-prepared launch with the plan cache.
+prepared launch with the plan cache (whose served keys call their compiled kernels directly: `plan_cache.run`).
 
 No vLLM needed (integration/scripts/hostcost.py measures the whole backend beside FA3). Paged bf16 K/V, Llama-3-8B's
 heads (32 q / 8 kv, D 128), 16-slot pages; per case and mode the best of --repeats loops of --calls calls without a

@@ -281,7 +281,7 @@ def test_checked_once_then_straight_to_the_op(device, monkeypatch):
 
     monkeypatch.setattr(TritonFAImpl, "_warm_up", lambda self, *args: None)  # its launches would count (test_warmup)
     calls = []
-    for name in ("flash_attn_varlen_func", "varlen_fwd", "varlen_fwd_eager"):
+    for name in ("flash_attn_varlen_func", "varlen_fwd", "varlen_fwd_into"):
         original = getattr(backend, name)
         monkeypatch.setattr(backend, name, lambda *a, _name=name, _f=original, **k: calls.append(_name) or _f(*a, **k))
     batch = make_batch([9, 1, 1], [12, 30, 5], 16, device)
@@ -302,7 +302,7 @@ def test_checked_once_then_straight_to_the_op(device, monkeypatch):
     for _ in range(3):
         outputs.append(torch.full_like(query, float("nan")))
         impl.forward(layer, query, None, None, kv_cache, metadata, outputs[-1])
-    assert calls == ["flash_attn_varlen_func", "varlen_fwd_eager", "varlen_fwd_eager"]
+    assert calls == ["flash_attn_varlen_func", "varlen_fwd_into", "varlen_fwd_into"]
     assert not outputs[0].isnan().any()
     for out in outputs[1:]:
         torch.testing.assert_close(out, outputs[0], atol=0, rtol=0)
@@ -317,7 +317,7 @@ def test_checked_once_then_straight_to_the_op(device, monkeypatch):
     impl.forward(
         layer, query, None, None, impl._kv_cache_source, metadata, torch.empty_like(query, dtype=torch.float32)
     )
-    assert calls == ["flash_attn_varlen_func", "varlen_fwd_eager", "flash_attn_varlen_func"]
+    assert calls == ["flash_attn_varlen_func", "varlen_fwd_into", "flash_attn_varlen_func"]
 
 
 def test_first_call_checks_what_the_builder_cannot(device):

@@ -7,7 +7,7 @@ import itertools
 
 import pytest
 import torch
-from attn_testing import TOLERANCES, check_against_reference, make_inputs
+from attn_testing import ON_GPU, TOLERANCES, check_against_reference, make_inputs
 
 from tritonfa.kernels import _meta_inputs, _variants, plan_cache
 from tritonfa.kernels.attention import plan_attention
@@ -140,4 +140,110 @@ def test_kernel_through_the_cache_matches_the_reference(kv_layout):
         inputs = make_inputs([5, 0, 33], [40, 17, 70], num_heads=(4, 2), head_size=64, kv_layout=kv_layout,
                              use_seqused_k=kv_layout != "contiguous")  # fmt: skip
         check_against_reference(inputs, atol, rtol, causal=True)
-    assert any(entry != plan_cache._UNCACHEABLE and entry[0] == "ready" for entry in plan_cache._PLANS.values())
+    # on a GPU the last two calls ran through the bound kernels (plan_cache.run); the interpreter has no prepared
+    # launch, so they were served plans there
+    served = "bound" if ON_GPU else "ready"
+    assert any(entry != plan_cache._UNCACHEABLE and entry[0] == served for entry in plan_cache._PLANS.values())
+
+
+class _FakeCompiled:
+    """What launch.py calls once a launch is prepared: records its runs."""
+
+    function = "function-handle"
+    packed_metadata = "metadata"
+
+    def __init__(self, name):
+        self.name = name
+        self.runs = []
+
+    def run(self, *args):
+        self.runs.append(args)
+
+
+@pytest.fixture
+def fake_launches(monkeypatch):
+    """The prepared launch on, with a fake in place of Triton: a launch's first call 'compiles' (records it and
+    registers a _FakeCompiled under launch.py's key), as launch.launch does with Triton."""
+    from tritonfa.kernels import attention
+    from tritonfa.kernels import launch as launch_module
+
+    monkeypatch.setattr(launch_module, "_enabled", lambda: True)
+    monkeypatch.setattr(launch_module, "_current_device_and_stream", lambda: (0, 1234))
+    monkeypatch.setattr(launch_module, "_COMPILED", {})
+    through_launch = []
+
+    def fake_launch(fn, grid, args, constexprs, options):
+        through_launch.append((fn, grid, args))
+        key = (0, fn, tuple(constexprs.items()), tuple(options.items()),
+               tuple(launch_module._arg_key(a) for a in args))  # fmt: skip
+        layout = launch_module.parameter_layout(fn, constexprs, options, len(args))
+        launch_module._COMPILED.setdefault(key, (_FakeCompiled(fn.__name__), *layout))
+
+    monkeypatch.setattr(attention, "launch", fake_launch)
+    return through_launch, launch_module
+
+
+@pytest.mark.parametrize("arch", ["hopper", "ampere"])
+def test_bound_launches_run_the_compiled_kernels_with_this_calls_tensors(fake_launches, arch):
+    """From a key's third call on, attention_forward calls the compiled kernels directly, each with every parameter
+    a prepared launch of the planned launches would pass (this call's tensors, views and descriptors included);
+    the kernels' device changing, or the prepared launch turning off, goes back through planning."""
+    from tritonfa.kernels.attention import attention_forward
+
+    through_launch, launch_module = fake_launches
+    bound_keys = 0
+    for variant, decode in itertools.product(_variants(arch), (False, True)):
+        plan_cache.clear()
+        first = _positional(_meta_inputs(arch, head_dim=128, decode=decode, **variant))
+        for call in (first, _fresh(first)):
+            attention_forward(*call)
+        state = plan_cache._PLANS[plan_cache.call_key(first)]
+        if state == plan_cache._UNCACHEABLE:
+            continue
+        assert state[0] == "bound", (variant, decode)
+        bound_keys += 1
+        third = _fresh(first)
+        expected = plan_attention(*third)
+        through_launch.clear()
+        attention_forward(*third)
+        assert not through_launch, "a bound key goes around launch.launch"
+        for planned in expected:
+            kernel, parameters, slots = next(
+                entry for key, entry in launch_module._COMPILED.items()
+                if key[1] is planned.fn and key[2] == tuple(planned.constexprs.items())
+                and key[4] == tuple(launch_module._arg_key(a) for a in planned.args)
+            )  # fmt: skip
+            run = kernel.runs[-1]
+            grid = (*planned.grid, 1, 1)[:3]
+            assert run[:9] == (*grid, 1234, "function-handle", "metadata", None, None, None)
+            want = list(parameters)
+            for slot, value in zip(slots, planned.args):
+                want[slot] = value
+            assert len(run) - 9 == len(want) and all(
+                plan_cache._same_value(got, value) for got, value in zip(run[9:], want)
+            ), (variant, decode, planned.fn.__name__)  # fmt: skip
+        monkeypatch_device = launch_module._current_device_and_stream
+        try:
+            launch_module._current_device_and_stream = lambda: (1, 1234)
+            attention_forward(*_fresh(first))
+            assert through_launch, "another current device: planned and launched as usual"
+        finally:
+            launch_module._current_device_and_stream = monkeypatch_device
+    assert bound_keys >= 3, f"only {bound_keys} bound"
+
+
+def test_bound_launches_step_aside_for_hooks_and_the_environment(fake_launches, monkeypatch):
+    """A profiler's launch hooks (or TRITONFA_PREPARED_LAUNCH=0) turn the prepared launch off: a bound key then
+    goes through launch.launch again, which lets Triton call the hooks."""
+    from tritonfa.kernels.attention import attention_forward
+
+    through_launch, launch_module = fake_launches
+    args = _positional(_meta_inputs("hopper", torch.bfloat16, torch.bfloat16, 128, paged=True, decode=True,
+                                    features=False))  # fmt: skip
+    for _ in range(3):
+        attention_forward(*_fresh(args))
+    assert plan_cache._PLANS[plan_cache.call_key(args)][0] == "bound"
+    through_launch.clear()
+    monkeypatch.setattr(launch_module, "_enabled", lambda: False)
+    attention_forward(*_fresh(args))
+    assert through_launch, "off: through launch.launch"

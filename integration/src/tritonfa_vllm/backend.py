@@ -7,8 +7,9 @@ Thin by design, modelled on vLLM 0.24's `vllm/v1/attention/backends/triton_attn.
 - `forward` makes one kernel call per layer for the whole batch, prefills (with or without cached context) and
   decodes mixed, straight from the paged cache. The first call of a layer goes through tritonfa's public
   `flash_attn_varlen_func` (every argument checked); later calls with the same layer-level arguments (cache views,
-  dtypes) go straight to the function its `tritonfa::varlen_fwd` op wraps, skipping checks that cannot fail again
-  and the dispatcher (vLLM keeps attention behind its own opaque op; under torch.compile tracing, the op).
+  dtypes) go straight to the function below its `tritonfa::varlen_fwd` op (`varlen_fwd_into`), skipping checks
+  that cannot fail again and the dispatcher (vLLM keeps attention behind its own opaque op; under torch.compile
+  tracing, the op).
 - the first call of a layer that sees its real KV cache (vLLM's dummy runs after the cache is allocated, before
   CUDA-graph capture and serving) compiles every kernel variant the layer can launch on tiny synthetic batches
   (`_warm_up`), once per layer configuration: no Triton compilation happens while serving.
@@ -42,7 +43,7 @@ from vllm.v1.attention.ops.triton_reshape_and_cache_flash import triton_reshape_
 
 from tritonfa import flash_attn_varlen_func
 from tritonfa.configs import DECODE_MAX_SEQLEN_Q
-from tritonfa.interface import MAX_HEAD_DIM, varlen_fwd, varlen_fwd_eager
+from tritonfa.interface import MAX_HEAD_DIM, varlen_fwd, varlen_fwd_into
 from tritonfa.kernels.attention import _multiprocessor_count
 from tritonfa_vllm import compat
 
@@ -438,14 +439,15 @@ class TritonFAImpl(AttentionImpl[TritonFAMetadata]):
             return output
         # the op's own function: a dispatcher call of the 23-argument op cost ~40-60 us of host time on the H200's host
         # (op 161 us vs launcher 99, hostcost.py, 2026-12-04); traced by torch.compile, the op
-        forward = varlen_fwd if torch.compiler.is_compiling() else varlen_fwd_eager
-        with _BELOW_AUTOGRAD():
-            forward(
-                *self._op_args(
-                    layer, q, key_cache, value_cache, out, md.query_start_loc, md.seq_lens, md.block_table,
-                    md.max_query_len, md.max_seq_len, output_scale,
-                )
-            )  # fmt: skip
+        args = self._op_args(
+            layer, q, key_cache, value_cache, out, md.query_start_loc, md.seq_lens, md.block_table, md.max_query_len,
+            md.max_seq_len, output_scale,
+        )  # fmt: skip
+        if torch.compiler.is_compiling():
+            with _BELOW_AUTOGRAD():
+                varlen_fwd(*args)
+        else:  # no lse kept: the function below the op's that allocates none
+            varlen_fwd_into(*args[:-1])
         return output
 
     def _scales(self, layer, q) -> tuple:

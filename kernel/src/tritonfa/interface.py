@@ -2,7 +2,8 @@
 
 Layers: `flash_attn_varlen_func` (checks and defaults, host-only) -> `varlen_fwd_eager` (output and lse buffers),
 called directly in eager mode and through its `tritonfa::varlen_fwd` custom op while torch.compile traces ->
-`kernels.attention.attention_forward` (typed launcher) -> Triton kernel.
+`varlen_fwd_into` (no allocation; what the vLLM backend calls) -> `kernels.attention.attention_forward` (typed
+launcher) -> Triton kernel.
 Every check here reads only shapes, dtypes, devices and Python values: never tensor contents (no host sync). The
 contents of the index tensors are checked only on request (`validate=True` or TRITONFA_VALIDATE=1, see
 `tritonfa.validation`); the kernel itself never reads or writes outside its tensors, whatever they hold.
@@ -291,14 +292,28 @@ def varlen_fwd_eager(
     total_q, num_q_heads = q.shape[0], q.shape[1]
     lse_shape = (num_q_heads, total_q) if return_lse else (0,)
     lse = torch.empty(lse_shape, dtype=torch.float32, device=q.device)
-    if total_q == 0:
-        return lse
-    attention_forward(
-        q, k, v, out, lse if return_lse else None, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table,
-        alibi_slopes, bias, s_aux, q_descale, k_descale, v_descale, output_scale, max_seqlen_q, max_seqlen_k,
-        softmax_scale, window_left, window_right, softcap, num_splits,
+    varlen_fwd_into(
+        q, k, v, out, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, alibi_slopes, bias, s_aux, q_descale,
+        k_descale, v_descale, output_scale, max_seqlen_q, max_seqlen_k, softmax_scale, window_left, window_right,
+        softcap, num_splits, lse if return_lse else None,
     )  # fmt: skip
     return lse
+
+
+def varlen_fwd_into(
+    q, k, v, out, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, alibi_slopes, bias, s_aux, q_descale, k_descale,
+    v_descale, output_scale, max_seqlen_q: int, max_seqlen_k: int, softmax_scale: float, window_left: int,
+    window_right: int, softcap: float, num_splits: int, lse: torch.Tensor | None = None,
+) -> None:  # fmt: skip
+    """`varlen_fwd_eager`'s arguments without return_lse: writes `out` (and `lse` [Hq, total_q] fp32 if given) and
+    allocates nothing (a caller that keeps no lse, such as the vLLM backend, skips the empty one's allocation)."""
+    if q.shape[0] == 0:
+        return
+    attention_forward(
+        q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, alibi_slopes, bias, s_aux, q_descale,
+        k_descale, v_descale, output_scale, max_seqlen_q, max_seqlen_k, softmax_scale, window_left, window_right,
+        softcap, num_splits,
+    )  # fmt: skip
 
 
 # The same function as a torch custom op, for torch.compile (and callers that want the dispatcher).

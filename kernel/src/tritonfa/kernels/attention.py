@@ -764,10 +764,13 @@ class KernelLaunch:
 
 def attention_forward(*args, **kwargs) -> None:
     """Launch the forward kernel on validated arguments; writes `out` (and `lse` if given). See `plan_attention`;
-    positional calls reuse the plan of an earlier call with the same geometry (`plan_cache`)."""
-    launches = plan_cache.plan(plan_attention, args) if not kwargs else plan_attention(*args, **kwargs)
-    for planned in launches:
-        planned()
+    positional calls reuse the plan of an earlier call with the same geometry, and its compiled kernels
+    (`plan_cache.run`)."""
+    if kwargs:
+        for planned in plan_attention(*args, **kwargs):
+            planned()
+        return
+    plan_cache.run(plan_attention, args)
 
 
 def plan_attention(

@@ -80,6 +80,20 @@ def parameter_layout(fn, constexprs: dict[str, Any], options: dict[str, Any], nu
     return template, slots
 
 
+def prepared(fn, args: tuple, constexprs: dict[str, Any], options: dict[str, Any]):
+    """(current device, (compiled kernel, parameter list, runtime positions)) that `launch` of these arguments on
+    the current device calls directly, once one such launch has run; None otherwise (or where it is off)."""
+    if not _enabled():
+        return None
+    try:
+        device = _current_device_and_stream()[0]
+        entry = _COMPILED.get((device, fn, tuple(constexprs.items()), tuple(options.items()),
+                               tuple(_arg_key(a) for a in args)))  # fmt: skip
+    except TypeError:
+        return None
+    return None if entry is None else (device, entry)
+
+
 def launch(fn, grid: tuple[int, ...], args: tuple, constexprs: dict[str, Any], options: dict[str, Any]) -> None:
     """fn[grid](*args, **constexprs, **options), with Triton's per-call binding skipped once a key has launched."""
     if not _enabled():

@@ -9,6 +9,11 @@ substituted, slot by slot (input tensors, descriptors and views of them, the pla
 other value equal); only then is the key served from the cache. A plan that allocates per call (split-KV scratch,
 the key-major copy of fp8 V) or reads anything else fails that check and is planned in full at every call.
 
+A served key's launches are also bound to their compiled kernels (`run`): the key fixes everything Triton
+specializes a launch on (each tensor's dtype and 16-byte alignment residue, every other value), so once each of
+them has gone through `launch.launch`, later calls put this call's tensors into the kernels' parameter lists and
+call their launchers directly (no per-argument specialization key, no KernelLaunch objects).
+
 Off with TRITONFA_PLAN_CACHE=0; `clear()` empties it (tests that patch the planner's module state).
 """
 
@@ -22,12 +27,15 @@ from typing import Any
 
 import torch
 
+from tritonfa.kernels import launch as launch_module
+
 # the environment the planners read (configs.detect_arch, configs._apply_override, attention._wants_key_major_v)
 _PLANNER_ENV = ("TRITONFA_CONFIG", "TRITONFA_ARCH", "TRITONFA_FP8_V_TRANSPOSE")
 _MAX_KEYS = 512
 _UNCACHEABLE = "uncacheable"
 
-# key -> ("pending", first call's template) | ("ready", template) | _UNCACHEABLE
+# key -> ("pending", first call's template) | ("ready", template[, "unbound"]) | ("bound", template, bound launches)
+# | _UNCACHEABLE
 _PLANS: dict[tuple, Any] = {}
 
 
@@ -53,7 +61,8 @@ def call_key(args: tuple) -> tuple:
             j, first = seen.setdefault(id(_root(a)), (i, a))
             # tensors sharing a storage (K and V halves of one cache): which one, and where a sits from it
             shared = (j, a.storage_offset() - first.storage_offset()) if j != i else None
-            parts.append((a.dtype, a.shape, a.stride(), a.device, a.data_ptr() % 16 == 0, shared))
+            # the residue, not only whether it is 0: a view at a fixed offset from it is then aligned or not alike
+            parts.append((a.dtype, a.shape, a.stride(), a.device, a.data_ptr() % 16, shared))
         else:
             parts.append((type(a), a))
     return (*parts, *(os.environ.get(name) for name in _PLANNER_ENV))
@@ -165,9 +174,69 @@ def plan(planner: Callable[..., list], args: tuple) -> list:
     """planner(*args), or the launches of an earlier call with the same key, with these tensors in place."""
     if not enabled():
         return planner(*args)
+    return _plan(planner, args, call_key(args))
+
+
+def run(planner: Callable[..., list], args: tuple) -> None:
+    """Make the launches planner(*args) plans: through the compiled kernels they are bound to where this key is,
+    else as `plan` gives them (and bind them once they have run)."""
+    if not enabled():
+        for planned in planner(*args):
+            planned()
+        return
     key = call_key(args)
     entry = _PLANS.get(key)
-    if entry is not None and entry[0] == "ready":
+    if entry is not None and entry[0] == "bound" and _run_bound(entry[2], args):
+        return
+    launches = _plan(planner, args, key)
+    for planned in launches:
+        planned()
+    entry = _PLANS.get(key)
+    if entry is not None and entry[0] == "ready" and len(entry) == 2 and launch_module._enabled():
+        bound = _bind(entry[1], launches)
+        # a launch the prepared launch leaves to Triton (an argument type it does not key): not tried again
+        _PLANS[key] = ("bound", entry[1], bound) if bound is not None else ("ready", entry[1], "unbound")
+
+
+def _bind(template: list, launches: list) -> list | None:
+    """Per launch of a served key: (compiled kernel, its device, the parameter list with this key's constants in
+    place, [(parameter index, slot)] of the rest, grid); None where a launch was not prepared (see launch.py)."""
+    bound = []
+    for (_, constants, dynamic), planned in zip(template, launches):
+        prepared = launch_module.prepared(planned.fn, planned.args, planned.constexprs, planned.options)
+        if prepared is None:
+            return None
+        device, (kernel, parameters, runtime_slots) = prepared
+        parameters = list(parameters)
+        for position, value in enumerate(constants):
+            parameters[runtime_slots[position]] = value  # the dynamic ones are overwritten at every call
+        grid = (*planned.grid, 1, 1)[:3]
+        bound.append((kernel, device, parameters, [(runtime_slots[p], slot) for p, slot in dynamic], grid))
+    return bound
+
+
+def _run_bound(bound: list, args: tuple) -> bool:
+    """Launch a bound key's kernels with this call's tensors; False (nothing launched) where the prepared launch is
+    off now (a profiler's hooks, the environment) or the current device is not the kernels' (plan as usual)."""
+    if not launch_module._enabled():
+        return False
+    device, stream = launch_module._current_device_and_stream()
+    if any(entry[1] != device for entry in bound):
+        return False
+    calls = []
+    for kernel, _, parameters, dynamic, grid in bound:
+        values = list(parameters)
+        for index, slot in dynamic:
+            values[index] = _build(slot, args)
+        calls.append((kernel, values, grid))
+    for kernel, values, (grid_x, grid_y, grid_z) in calls:
+        kernel.run(grid_x, grid_y, grid_z, stream, kernel.function, kernel.packed_metadata, None, None, None, *values)
+    return True
+
+
+def _plan(planner: Callable[..., list], args: tuple, key: tuple) -> list:
+    entry = _PLANS.get(key)
+    if entry is not None and entry[0] in ("ready", "bound"):
         try:
             return _instantiate(entry[1], args)
         except Exception:  # e.g. a view the template cannot rebuild on this call's storage: plan this key in full
