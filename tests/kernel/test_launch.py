@@ -206,3 +206,17 @@ def test_launch_hostcost_tool_plans_on_any_machine(capsys):
     assert tool.main(["--plan-only", "--arch", "ampere", "--cases", "b1x256,b2x64q32", "--calls", "2"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 3 and all("served from the cache" in line for line in lines[1:]), lines
+
+
+def test_environment_reads_follow_every_change(monkeypatch):
+    """read_environ (the launcher's cheap os.environ read) sees what os.environ sees: set, changed, deleted."""
+    name = "TRITONFA_TEST_ENV_READ"
+    monkeypatch.delenv(name, raising=False)
+    assert launch_module.read_environ(name) is None and not launch_module.is_off(None)
+    monkeypatch.setenv(name, "0")
+    assert launch_module.is_off(launch_module.read_environ(name))
+    monkeypatch.setenv(name, "1")
+    value = launch_module.read_environ(name)
+    assert value in (b"1", "1") and not launch_module.is_off(value)
+    monkeypatch.delenv(name)
+    assert launch_module.read_environ(name) is None

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import os
 from collections.abc import Callable
 from typing import Any
 
@@ -34,13 +33,15 @@ _PLANNER_ENV = ("TRITONFA_CONFIG", "TRITONFA_ARCH", "TRITONFA_FP8_V_TRANSPOSE")
 _MAX_KEYS = 512
 _UNCACHEABLE = "uncacheable"
 
+_read_environ = launch_module.read_environ
+
 # key -> ("pending", first call's template) | ("ready", template[, "unbound"]) | ("bound", template, bound launches)
 # | _UNCACHEABLE
 _PLANS: dict[tuple, Any] = {}
 
 
 def enabled() -> bool:
-    return os.environ.get("TRITONFA_PLAN_CACHE", "1") != "0"
+    return not launch_module.is_off(launch_module.read_environ("TRITONFA_PLAN_CACHE"))
 
 
 def clear() -> None:
@@ -58,14 +59,22 @@ def call_key(args: tuple) -> tuple:
     seen: dict[int, tuple[int, torch.Tensor]] = {}  # a storage's first tensor argument (position, tensor)
     for i, a in enumerate(args):
         if isinstance(a, torch.Tensor):
-            j, first = seen.setdefault(id(_root(a)), (i, a))
-            # tensors sharing a storage (K and V halves of one cache): which one, and where a sits from it
-            shared = (j, a.storage_offset() - first.storage_offset()) if j != i else None
+            base = a._base
+            root = a if base is None else base
+            first = seen.get(id(root))
             # the residue, not only whether it is 0: a view at a fixed offset from it is then aligned or not alike
-            parts.append((a.dtype, a.shape, a.stride(), a.device, a.data_ptr() % 16, shared))
+            if first is None:
+                seen[id(root)] = (i, a)
+                parts.append((a.dtype, a.shape, a.stride(), a.device, a.data_ptr() % 16))
+            else:  # tensors sharing a storage (K and V halves of one cache): which one, and where a sits from it
+                shift = a.storage_offset() - first[1].storage_offset()
+                parts.append((a.dtype, a.shape, a.stride(), a.device, a.data_ptr() % 16, first[0], shift))
         else:
-            parts.append((type(a), a))
-    return (*parts, *(os.environ.get(name) for name in _PLANNER_ENV))
+            parts.append(type(a))
+            parts.append(a)
+    for name in _PLANNER_ENV:
+        parts.append(_read_environ(name))
+    return tuple(parts)
 
 
 def _is_descriptor(value) -> bool:
