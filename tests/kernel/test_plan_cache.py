@@ -247,3 +247,24 @@ def test_bound_launches_step_aside_for_hooks_and_the_environment(fake_launches, 
     monkeypatch.setattr(launch_module, "_enabled", lambda: False)
     attention_forward(*_fresh(args))
     assert through_launch, "off: through launch.launch"
+
+
+def test_a_bound_key_whose_views_do_not_fit_this_call_is_planned(fake_launches):
+    """A bound template rebuilds views of the inputs; where one cannot be rebuilt for this call the call is planned
+    in full, with nothing launched from the bound kernels."""
+    from tritonfa.kernels.attention import attention_forward
+
+    through_launch, launch_module = fake_launches
+    args = _positional(_meta_inputs("hopper", torch.bfloat16, torch.bfloat16, 128, paged=True, decode=True,
+                                    features=False, page_size=64))  # fmt: skip
+    for _ in range(3):
+        attention_forward(*_fresh(args))
+    key = plan_cache.call_key(args)
+    assert plan_cache._PLANS[key][0] == "bound"
+    assert args[4] is None  # lse: a view of it cannot be made
+    kernel, device, parameters, dynamic, grid = plan_cache._PLANS[key][2][0]
+    plan_cache._PLANS[key][2][0] = (kernel, device, parameters, dynamic + [(0, ("view", 4, (1,), (1,), 0))], grid)
+    runs_before = len(kernel.runs)
+    through_launch.clear()
+    attention_forward(*_fresh(args))
+    assert len(kernel.runs) == runs_before and through_launch, "planned and launched as usual"

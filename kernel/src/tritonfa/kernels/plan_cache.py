@@ -233,11 +233,14 @@ def _run_bound(bound: list, args: tuple) -> bool:
     if any(entry[1] != device for entry in bound):
         return False
     calls = []
-    for kernel, _, parameters, dynamic, grid in bound:
-        values = list(parameters)
-        for index, slot in dynamic:
-            values[index] = _build(slot, args)
-        calls.append((kernel, values, grid))
+    try:  # every launch's arguments before the first launch: a call either launches them all or none
+        for kernel, _, parameters, dynamic, grid in bound:
+            values = list(parameters)
+            for index, slot in dynamic:
+                values[index] = _build(slot, args)
+            calls.append((kernel, values, grid))
+    except Exception:  # e.g. a view the template cannot rebuild on this call's storage: `_plan` decides
+        return False
     for kernel, values, (grid_x, grid_y, grid_z) in calls:
         kernel.run(grid_x, grid_y, grid_z, stream, kernel.function, kernel.packed_metadata, None, None, None, *values)
     return True
