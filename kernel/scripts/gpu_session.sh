@@ -19,6 +19,10 @@
 #   profile                Nsight Compute counters of one Gluon prefill launch per workload x variant
 #                          (kernel/scripts/profile_prefill.py; killed after PROFILE_TIMEOUT seconds, default 300)
 #   profile:ONLY:VARIANTS  the same for ONLY workloads and VARIANTS ('+' for ',')
+#   launch-hostcost        host time per launcher call (kernel/scripts/launch_hostcost.py; first in a chain: it needs
+#                          an idle host) into launch_hostcost.log
+#   fp8-study              the fp8 error study on the GPU (accuracy/fp8_error_study.py --device cuda): its log and
+#                          fp8_error_table.{md,json} into RESULTS_DIR (exit status in fp8_study.rc)
 #   mask-cost              bounds on vs off (kernel/scripts/mask_cost.py, MASK_COST_ROUNDS rounds, default 3;
 #                          MASK_COST_CONFIG: TRITONFA_CONFIG for it)
 #   verify                 GPU test suite, memcheck, benchmark (gpu_verify.sh; PEER_PYTHONPATH / PEER_READY;
@@ -87,6 +91,12 @@ export PYTHONPATH="$PWD/kernel/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=
         IFS=':' read -r _ only variants <<< "$step"
         timeout -s KILL "${PROFILE_TIMEOUT:-300}" python3 kernel/scripts/profile_prefill.py --out "$out/profile" \
           --only "${only//+/,}" --variants "${variants//+/,}" 2>&1 | tail -n 20 ;;
+      launch-hostcost) timeout -s KILL 300 python3 kernel/scripts/launch_hostcost.py 2>&1 |
+        tee "$out/launch_hostcost.log" ;;
+      fp8-study)
+        timeout -s KILL 600 python3 accuracy/fp8_error_study.py --device cuda --out-dir "$out" 2>&1 |
+          tee "$out/fp8_study.log" | tail -n 12
+        echo "${PIPESTATUS[0]}" > "$out/fp8_study.rc" ;;
       mask-cost)  # MASK_COST_CONFIG: the TRITONFA_CONFIG of both sides (its patches cover the portable kernel)
         TRITONFA_CONFIG="${MASK_COST_CONFIG:-${TRITONFA_CONFIG:-}}" python3 kernel/scripts/mask_cost.py \
           --rounds "${MASK_COST_ROUNDS:-3}" --out "$out/mask_cost" 2>&1 | tail -n 30 ;;
