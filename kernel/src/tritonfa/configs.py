@@ -18,6 +18,8 @@ import os
 
 import torch
 
+from tritonfa.fp8 import OCP_FP8_DTYPES
+
 ARCHS = ("hopper", "ampere", "blackwell", "cdna2", "cdna3", "cdna4", "rdna", "interpreter")
 
 # Decode-shaped batches (every sequence has at most this many new queries) pack the query heads of one KV head into
@@ -125,13 +127,10 @@ def _detect_cuda_arch(index: int) -> str:
 
 def native_fp8_dot(arch: str, dtype: torch.dtype) -> bool:
     """Whether `tl.dot` on two tensors of fp8 `dtype` runs natively on `arch` (else operands are upcast)."""
-    nvidia_like = (torch.float8_e4m3fn, torch.float8_e5m2)
-    if arch in ("hopper", "blackwell"):
-        return dtype in nvidia_like
+    if arch in ("hopper", "blackwell", "cdna4"):
+        return dtype in OCP_FP8_DTYPES
     if arch == "cdna3":
         return dtype in (torch.float8_e4m3fnuz, torch.float8_e5m2fnuz)
-    if arch == "cdna4":
-        return dtype in nvidia_like
     if arch == "interpreter":
         return True
     return False

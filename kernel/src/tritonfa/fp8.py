@@ -21,6 +21,10 @@ FP8_DTYPES: tuple[torch.dtype, ...] = tuple(
 )
 
 
+# the OCP formats (NVIDIA's, the CPU interpreter's): every value of either is also a bf16 and an fp16 value
+OCP_FP8_DTYPES: tuple[torch.dtype, ...] = (torch.float8_e4m3fn, torch.float8_e5m2)
+
+
 def is_fp8(dtype: torch.dtype) -> bool:
     return dtype in FP8_DTYPES
 

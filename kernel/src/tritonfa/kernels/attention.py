@@ -30,15 +30,13 @@ import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 from tritonfa.configs import DECODE_MAX_SEQLEN_Q, AttentionConfig, detect_arch, native_fp8_dot, select_config
-from tritonfa.fp8 import FP8_DTYPES, descale_strides, fp8_max, is_fp8, p_scale
+from tritonfa.fp8 import FP8_DTYPES, OCP_FP8_DTYPES, descale_strides, fp8_max, is_fp8, p_scale
 from tritonfa.kernels import attention_hopper, plan_cache, widen_kv
 from tritonfa.kernels.launch import launch
 
 LOG2E = tl.constexpr(1.4426950408889634)
 LN2 = tl.constexpr(0.6931471805599453)
 MAX_SPLITS = 64
-# fp8 types whose every value is a bf16 and an fp16 value (OCP formats; the fnuz ones are MI300's)
-_WIDENABLE_FP8 = tuple(getattr(torch, name) for name in ("float8_e4m3fn", "float8_e5m2") if hasattr(torch, name))
 
 
 @triton.jit
@@ -875,7 +873,7 @@ def _plan_widened_hopper_prefill(
     None where that does not apply (not such a call, the copy would be too large, or the Gluon prefill does not
     cover the call)."""
     widenable = (
-        q.dtype in (torch.float16, torch.bfloat16) and k.dtype == v.dtype and k.dtype in _WIDENABLE_FP8
+        q.dtype in (torch.float16, torch.bfloat16) and k.dtype == v.dtype and k.dtype in OCP_FP8_DTYPES
         and k.shape[-1] == v.shape[-1] and k.stride(-1) == 1 and v.stride(-1) == 1
         and not any(on for name, on in features.items() if name != "descale")
     )  # fmt: skip

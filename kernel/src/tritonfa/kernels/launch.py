@@ -108,15 +108,25 @@ def parameter_layout(fn, constexprs: dict[str, Any], options: dict[str, Any], nu
     return template, slots
 
 
+def _compiled_key(device: int, fn, args: tuple, constexprs: dict[str, Any], options: dict[str, Any]) -> tuple:
+    """The key of _COMPILED (TypeError: an argument type _arg_key does not know)."""
+    return (device, fn, tuple(constexprs.items()), tuple(options.items()), tuple(_arg_key(a) for a in args))
+
+
+def run_compiled(kernel, grid: tuple[int, ...], stream: int, parameters: list) -> None:
+    """Call a compiled kernel's launcher with every parameter in place (no launch hooks: see _enabled)."""
+    grid_x, grid_y, grid_z = (*grid, 1, 1)[:3]
+    kernel.run(grid_x, grid_y, grid_z, stream, kernel.function, kernel.packed_metadata, None, None, None, *parameters)
+
+
 def prepared(fn, args: tuple, constexprs: dict[str, Any], options: dict[str, Any]):
     """(current device, (compiled kernel, parameter list, runtime positions)) that `launch` of these arguments on
     the current device calls directly, once one such launch has run; None otherwise (or where it is off)."""
     if not _enabled():
         return None
+    device = _current_device_and_stream()[0]
     try:
-        device = _current_device_and_stream()[0]
-        entry = _COMPILED.get((device, fn, tuple(constexprs.items()), tuple(options.items()),
-                               tuple(_arg_key(a) for a in args)))  # fmt: skip
+        entry = _COMPILED.get(_compiled_key(device, fn, args, constexprs, options))
     except TypeError:
         return None
     return None if entry is None else (device, entry)
@@ -127,16 +137,11 @@ def launch(fn, grid: tuple[int, ...], args: tuple, constexprs: dict[str, Any], o
     if not _enabled():
         fn[grid](*args, **constexprs, **options)
         return
-    try:
-        arg_keys = tuple(_arg_key(a) for a in args)
-    except TypeError:
-        fn[grid](*args, **constexprs, **options)
-        return
     device, stream = _current_device_and_stream()
-    key = (device, fn, tuple(constexprs.items()), tuple(options.items()), arg_keys)
-    try:
+    try:  # an argument type _arg_key does not know, or an unhashable constexpr: Triton's own launch
+        key = _compiled_key(device, fn, args, constexprs, options)
         entry = _COMPILED.get(key)
-    except TypeError:  # an unhashable constexpr
+    except TypeError:
         fn[grid](*args, **constexprs, **options)
         return
     if entry is None:
@@ -154,5 +159,4 @@ def launch(fn, grid: tuple[int, ...], args: tuple, constexprs: dict[str, Any], o
     full = list(template)
     for slot, value in zip(slots, args):
         full[slot] = value
-    grid_x, grid_y, grid_z = (*grid, 1, 1)[:3]
-    kernel.run(grid_x, grid_y, grid_z, stream, kernel.function, kernel.packed_metadata, None, None, None, *full)
+    run_compiled(kernel, grid, stream, full)

@@ -219,8 +219,7 @@ def _bind(template: list, launches: list) -> list | None:
         parameters = list(parameters)
         for position, value in enumerate(constants):
             parameters[runtime_slots[position]] = value  # the dynamic ones are overwritten at every call
-        grid = (*planned.grid, 1, 1)[:3]
-        bound.append((kernel, device, parameters, [(runtime_slots[p], slot) for p, slot in dynamic], grid))
+        bound.append((kernel, device, parameters, [(runtime_slots[p], slot) for p, slot in dynamic], planned.grid))
     return bound
 
 
@@ -241,8 +240,8 @@ def _run_bound(bound: list, args: tuple) -> bool:
             calls.append((kernel, values, grid))
     except Exception:  # e.g. a view the template cannot rebuild on this call's storage: `_plan` decides
         return False
-    for kernel, values, (grid_x, grid_y, grid_z) in calls:
-        kernel.run(grid_x, grid_y, grid_z, stream, kernel.function, kernel.packed_metadata, None, None, None, *values)
+    for kernel, values, grid in calls:
+        launch_module.run_compiled(kernel, grid, stream, values)
     return True
 
 
