@@ -63,8 +63,6 @@ PREFILL_VARIANTS = {
     # a 16-bit q with fp8 K/V, not rounded: K and V gathered and widened by the producer (16-bit QK and P@V)
     "ws-fp8-k16": {"ws_fp8_k16": True, "ws_fp8_widen_copy": False},
     "ws-fp8-k16-flat": {"ws_fp8_k16": True, "ws_fp8_widen_copy": False, "ws_persistent": False},
-    # ... with K's rows loaded into the producer's registers and widened from there (no K staging)
-    "ws-fp8-k16-regs": {"ws_fp8_k16_regs": True, "ws_fp8_widen_copy": False},
     # a 16-bit q with fp8 K/V: K and V widened once by a launch before the 16-bit prefill (paged: gathered too;
     # Hopper's default since session 14)
     "ws-fp8-widen-copy": {"ws_fp8_widen_copy": True},

@@ -638,24 +638,6 @@ def test_warp_specialized_fp8_kv_prefill_with_k_widened(monkeypatch, head_size, 
     check_low_precision(inputs, causal=False)
 
 
-@pytest.mark.skipif(not (ON_HOPPER and attention_hopper.HAS_GLUON), reason="Gluon kernels run on a Hopper GPU only")
-@pytest.mark.parametrize("persistent", [True, False])
-@pytest.mark.parametrize("kv_layout", ["contiguous", "paged", "paged_heads_major"])
-@pytest.mark.parametrize("head_size", [64, 128])
-def test_warp_specialized_fp8_kv_prefill_with_k_from_registers(monkeypatch, head_size, kv_layout, persistent):
-    """K widened from the producer's registers (config `ws_fp8_k16_regs`): block j + 1's K rows loaded while block j
-    is widened, no K staging; odd lengths, an empty sequence, NaN past the sequences, descales."""
-    config = _ws_fp8_config(ws_fp8_paged=True, ws_fp8_k16=True, ws_fp8_k16_regs=True, ws_fp8_widen_copy=False,
-                            ws_persistent=persistent)  # fmt: skip
-    monkeypatch.setenv("TRITONFA_CONFIG", config)
-    inputs = _fp8_kv_batch(head_size, torch.bfloat16, kv_layout)
-    constexprs = _constexprs(inputs)
-    assert _plan(inputs)[0] == WS and constexprs["K_FROM_REGS"] and not constexprs["QUANTIZE_Q"]
-    descale = fp8_descale("per_head", inputs.batch, inputs.num_kv_heads)
-    check_low_precision(inputs, causal=True, k_descale=descale, v_descale=descale)
-    check_low_precision(inputs, causal=False)
-
-
 @pytest.mark.skipif(not attention_hopper.HAS_GLUON, reason="this triton has no Gluon")
 def test_which_calls_widen_fp8_kv_before_the_16_bit_prefill(monkeypatch):
     """Config `ws_fp8_widen_copy`: a 16-bit q with fp8 K/V (e4m3 or e5m2, contiguous or paged, any head size the

@@ -60,9 +60,6 @@ class AttentionConfig:
     # tests passed in session 11 once at least 3 K/V slots were kept (two deadlocked at D 64: WIDENED_K_MIN_STAGES).
     # Hopper: on
     ws_fp8_k16: bool = False
-    # with ws_fp8_k16: the producer loads K's fp8 rows into registers and widens them from there (no staging tiles
-    # for K: one shared-memory pass per K byte instead of three)
-    ws_fp8_k16_regs: bool = False
     # with ws_fp8: a 16-bit q with fp8 K/V (e4m3 or e5m2, not rounded: fp8_q_for_fp8_kv off) has K and V widened to
     # q's type by one launch before the attention (kernels/widen_kv.py: each key widened once, not once per query
     # tile and q head), then runs the 16-bit Gluon prefill (paged: over a gathered copy); calls whose copy would pass

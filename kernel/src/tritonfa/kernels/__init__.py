@@ -322,19 +322,6 @@ def _hopper_prefill_specs() -> list[dict[str, Any]]:
             + "]"
         )
         specs.append(dict(name=name, fn=fn, bound_args=args, constexprs=constexprs, options=options, gluon=True))
-    # K widened from the producer's registers (config `ws_fp8_k16_regs`): paged and contiguous, both grids, D 64/128
-    for head_dim, paged, programs in itertools.product((64, 128), (True, False), (0, 132)):
-        inputs = _meta_inputs("hopper", bf16, fp8, head_dim, paged=paged, decode=False, features=False)
-        out = torch.empty(inputs["q"].shape, dtype=bf16, device="meta")
-        fn, _, args, constexprs, options = attention_hopper.plan_hopper_prefill(
-            inputs["q"], inputs["k"], inputs["v"], out, None, inputs["cu_seqlens_q"], inputs["cu_seqlens_k"],
-            inputs["seqused_k"], inputs["block_table"], 0.125, True, 1, 16, persistent_programs=programs,
-            fp8_v16=True, k_from_regs=True,
-        )  # fmt: skip
-        assert constexprs["K_FROM_REGS"]
-        name = (f"{fn.__name__}[hopper d{head_dim} CAUSAL=True PAGED={paged} K16 K_FROM_REGS"
-                + (" PERSISTENT" if programs else "") + "]")  # fmt: skip
-        specs.append(dict(name=name, fn=fn, bound_args=args, constexprs=constexprs, options=options, gluon=True))
     # 16-bit K/V with descales (a widened fp8 cache, config `ws_fp8_widen_copy`): per-head k and v descales, D 64 /
     # 128 / 256, both grids where they fit
     for head_dim, programs in ((64, 0), (64, 132), (128, 0), (128, 132), (256, 0)):

@@ -919,7 +919,6 @@ def _plan_hopper_prefill(
         config.ws_fp8_paged_v16,
         q_split,
         v16_contiguous,
-        config.ws_fp8_k16_regs,
     )  # fmt: skip
     return KernelLaunch(fn, grid, args, constexprs, options)
 

@@ -85,19 +85,13 @@ PAGED_PRODUCER_WARPS = gl.constexpr(4) if HAS_GLUON else 4
 # V with what is left (2 x 128 x 232 + 128 x 48 = 64 K registers)
 CONSUMER_REGS_FP8_GATHER = gl.constexpr(240) if HAS_GLUON else 240
 PRODUCER_REGS_FP8_GATHER = gl.constexpr(32) if HAS_GLUON else 32
-# K widened from registers (K_FROM_REGS): the producer holds a block of K's fp8 rows in flight beside the one it
-# widens (2 x 128 x 200 + 128 x 112 = 64 K registers; sm_90: 0 spills, 96 left a few in the producer)
-CONSUMER_REGS_K_FROM_REGS = gl.constexpr(200) if HAS_GLUON else 200
-PRODUCER_REGS_K_FROM_REGS = gl.constexpr(112) if HAS_GLUON else 112
 
 
 @triton.constexpr_function
-def _partition_regs(gather, v_key_major, k_from_regs, producer):
+def _partition_regs(gather, v_key_major, producer):
     """Registers per thread (setmaxnreg) of the second consumer warpgroup, or with `producer` of the producer, for a
-    kernel's loads: TMA, gathers, gathered fp8 V transposed, K widened from registers."""
-    if k_from_regs:
-        regs = PRODUCER_REGS_K_FROM_REGS if producer else CONSUMER_REGS_K_FROM_REGS
-    elif not gather:
+    kernel's loads: TMA, gathers, gathered fp8 V transposed."""
+    if not gather:
         regs = PRODUCER_REGS if producer else CONSUMER_REGS
     elif v_key_major:
         regs = PRODUCER_REGS_FP8_GATHER if producer else CONSUMER_REGS_FP8_GATHER
@@ -469,7 +463,6 @@ if HAS_GLUON:
         BLOCK_N: gl.constexpr = k_bufs.type.shape[1]
         CHUNK: gl.constexpr = PAGE_SIZE if PAGED and PAGE_SIZE < BLOCK_N else BLOCK_N
         WIDEN_K: gl.constexpr = k_bufs.dtype.primitive_bitwidth == 16
-        STAGE_K: gl.constexpr = not WIDEN_K or v_stage.type.shape[0] == 4  # else K comes through registers
         s = (it0 + j) % STAGES
         if not WIDEN_K:
             mbarrier.wait(kv_empty.index(s), (((it0 + j) // STAGES) & 1) ^ 1)
@@ -485,31 +478,15 @@ if HAS_GLUON:
                 k_off = row * stride_k_slot
                 v_off = row * stride_v_slot
             p_k = k_head + k_off + k_rows
-            if not WIDEN_K:
-                _cp_async_load(k_bufs.index(s).slice(c * CHUNK, CHUNK), p_k, mask=valid)
-            elif STAGE_K:
+            if WIDEN_K:
                 _cp_async_load(v_stage.index(2 + j % 2).slice(c * CHUNK, CHUNK), p_k, mask=valid)
+            else:
+                _cp_async_load(k_bufs.index(s).slice(c * CHUNK, CHUNK), p_k, mask=valid)
             p_v = v_head + v_off + v_rows
             _cp_async_load(v_stage.index(j % 2).slice(c * CHUNK, CHUNK), p_v, mask=valid)
         if not WIDEN_K:
             async_copy.mbarrier_arrive(k_ready.index(s), increment_count=False)
         async_copy.commit_group()
-
-    @gluon.jit
-    def _load_rows_fp8(head_ptr, key0, o_row, o_d, table_row, seq_k_len, valid, max_blocks, num_cache_blocks,
-                       stride_blk, stride_slot, PAGE_SIZE: gl.constexpr, PAGED: gl.constexpr, seq_k_start):  # fmt: skip
-        # Keys key0 + o_row of one head ([len(o_row), D] fp8 in o_row's parent layout: 16-byte loads), paged (block
-        # ids per row from the table, clamped as _page_block_id does) or contiguous; keys past the sequence, or
-        # all of them where `valid` is false, are 0 and read nothing
-        keys = key0 + o_row
-        if PAGED:
-            page = gl.minimum(keys // PAGE_SIZE, max_blocks - 1)
-            block_id = gl.minimum(gl.maximum(gl.load(table_row + page), 0), num_cache_blocks - 1).to(gl.int64)
-            offsets = block_id * stride_blk + (keys % PAGE_SIZE) * stride_slot
-        else:
-            offsets = (seq_k_start + keys).to(gl.int64) * stride_slot  # masked past the sequence: never past total_k
-        mask = gl.expand_dims((keys < seq_k_len) & valid, 1)
-        return gl.load(head_ptr + gl.expand_dims(offsets, 1) + o_d, mask=mask, other=0.0)
 
     @gluon.jit
     def _produce_gathered_fp8(q_desc, q_smem, k_bufs, v_bufs, v_stage, q_ready, k_ready, v_ready, kv_empty, q_row,
@@ -531,10 +508,6 @@ if HAS_GLUON:
         VEC: gl.constexpr = 16  # fp8 values per 16-byte copy
         WIDEN_ROWS: gl.constexpr = 32  # 16-bit V slots: rows widened per pass (8 registers of fp8 per thread)
         WIDEN_K: gl.constexpr = k_bufs.dtype.primitive_bitwidth == 16  # a 16-bit q: K widened to its type
-        # K widened from registers (config ws_fp8_k16_regs): block j + 1's K rows are loaded from global memory
-        # into registers while block j's are widened into the ring, instead of staged by cp.async and read back
-        # (two of the three shared-memory passes of a staged K byte; K's two staging tiles are not allocated)
-        K_FROM_REGS: gl.constexpr = WIDEN_K and v_stage.type.shape[0] == 2
         layout: gl.constexpr = gl.BlockedLayout([1, VEC], [32 // (HEAD_DIM // VEC), HEAD_DIM // VEC], [WARPS, 1],
                                                 [1, 0])  # fmt: skip
         mbarrier.expect(q_ready, q_desc.block_type.nbytes)  # QUANTIZE_Q: the 16-bit q into its staging tile
@@ -549,14 +522,6 @@ if HAS_GLUON:
         _gather_block_fp8(0, it0, k_bufs, v_stage, k_ready, kv_empty, k_head, v_head, k_rows, v_rows, o_row, table_row,
                           seq_k_len, max_blocks, num_cache_blocks, stride_k_blk, stride_k_slot, stride_v_blk,
                           stride_v_slot, PAGE_SIZE, PAGED, seq_k_start)  # fmt: skip
-        # K_FROM_REGS: a block's K rows in register halves of WIDEN_ROWS (block 0's now, then one block ahead)
-        o_half = gl.arange(0, WIDEN_ROWS, layout=gl.SliceLayout(1, layout))
-        if K_FROM_REGS:
-            b_k0 = _load_rows_fp8(k_head, 0, o_half, o_d, table_row, seq_k_len, True, max_blocks, num_cache_blocks,
-                                  stride_k_blk, stride_k_slot, PAGE_SIZE, PAGED, seq_k_start)  # fmt: skip
-            b_k1 = _load_rows_fp8(k_head, WIDEN_ROWS, o_half, o_d, table_row, seq_k_len, True, max_blocks,
-                                  num_cache_blocks, stride_k_blk, stride_k_slot, PAGE_SIZE, PAGED,
-                                  seq_k_start)  # fmt: skip
         for j in range(num_blocks):
             s = (it0 + j) % STAGES
             if j + 1 < num_blocks:
@@ -576,20 +541,7 @@ if HAS_GLUON:
             else:
                 # 16-bit slots [BN, D] (fp8 -> fp16 / bf16 is exact): rows widened in place, a few rows at a time so
                 # the values fit the producer's registers; no transpose, no reorder (a 16-bit P@V reads V row-major)
-                if K_FROM_REGS:
-                    gl.static_assert(BLOCK_N == 2 * WIDEN_ROWS, "K from registers: a block is two halves")
-                    mbarrier.wait(kv_empty.index(s), (((it0 + j) // STAGES) & 1) ^ 1)
-                    k_bufs.index(s).slice(0, WIDEN_ROWS).store(b_k0.to(k_bufs.dtype))
-                    k_bufs.index(s).slice(WIDEN_ROWS, WIDEN_ROWS).store(b_k1.to(k_bufs.dtype))
-                    # block j + 1's rows: in flight while V is widened and the next copies are waited for
-                    more = j + 1 < num_blocks
-                    b_k0 = _load_rows_fp8(k_head, (j + 1) * BLOCK_N, o_half, o_d, table_row, seq_k_len, more,
-                                          max_blocks, num_cache_blocks, stride_k_blk, stride_k_slot, PAGE_SIZE,
-                                          PAGED, seq_k_start)  # fmt: skip
-                    b_k1 = _load_rows_fp8(k_head, (j + 1) * BLOCK_N + WIDEN_ROWS, o_half, o_d, table_row, seq_k_len,
-                                          more, max_blocks, num_cache_blocks, stride_k_blk, stride_k_slot,
-                                          PAGE_SIZE, PAGED, seq_k_start)  # fmt: skip
-                elif WIDEN_K:  # the ring slot's wait, which _gather_block_fp8 leaves to this point
+                if WIDEN_K:  # the ring slot's wait, which _gather_block_fp8 leaves to this point
                     mbarrier.wait(kv_empty.index(s), (((it0 + j) // STAGES) & 1) ^ 1)
                     for r in gl.static_range(BLOCK_N // WIDEN_ROWS):
                         b_k = v_stage.index(2 + j % 2).slice(r * WIDEN_ROWS, WIDEN_ROWS).load(layout)
@@ -1345,7 +1297,6 @@ if HAS_GLUON:
         Q_BUFS: gl.constexpr,  # PERSISTENT: Q buffers (2: the next tile's Q loads during this one)
         VALID_D: gl.constexpr,  # q/k/v's head size: D of the tiles (64/128/256) or less, padded (see _consumer)
         DYNAMIC: gl.constexpr,  # PERSISTENT: work items taken from a shared counter instead of a fixed share
-        K_FROM_REGS: gl.constexpr,  # K widened (a 16-bit q): K's rows loaded into registers, not staged (see below)
         num_warps: gl.constexpr,
     ):
         BLOCK_M: gl.constexpr = q_desc.block_type.shape[0]
@@ -1374,14 +1325,12 @@ if HAS_GLUON:
         # fp8 V is key-major with an fp8 P@V, unless the gathering producer widens it to 16 bits (v_desc's dtype)
         V_KEY_MAJOR: gl.constexpr = FP8 and v_desc.dtype.primitive_bitwidth == 8
         K_READY_COUNT: gl.constexpr = 1 if WIDEN_K else READY_COUNT
-        # V's two staging tiles, then K's (K widened from staged copies; K_FROM_REGS: K needs none, which is how the
-        # producer tells, from v_stage's shape)
-        STAGE_TILES: gl.constexpr = 4 if WIDEN_K and not K_FROM_REGS else 2
+        STAGE_TILES: gl.constexpr = 4 if WIDEN_K else 2  # V's two staging tiles, then K's
         ZERO_TAIL: gl.constexpr = not GATHER  # cp.async gathers zero-fill keys past the sequence themselves
         # a TMA producer is one warp issuing copies; a gathering one computes addresses (4 warps)
         PRODUCER_WARPS: gl.constexpr = PAGED_PRODUCER_WARPS if GATHER else 1
-        WORKER_REGS: gl.constexpr = _partition_regs(GATHER, V_KEY_MAJOR, K_FROM_REGS, False)
-        PRODUCER_REGS_: gl.constexpr = _partition_regs(GATHER, V_KEY_MAJOR, K_FROM_REGS, True)
+        WORKER_REGS: gl.constexpr = _partition_regs(GATHER, V_KEY_MAJOR, False)
+        PRODUCER_REGS_: gl.constexpr = _partition_regs(GATHER, V_KEY_MAJOR, True)
         HALF: gl.constexpr = BLOCK_M // 2
         FIRST: gl.constexpr = 0
         if PERSISTENT:
@@ -1476,7 +1425,7 @@ if HAS_GLUON:
                           stride_vdesc_seq, stride_vdesc_head, GROUP, CAUSAL, PINGPONG, RETURN_LSE, PAGED,
                           PAGE_SIZE, PAGED_TMA, BLOCK_N, HAS_SEQUSED, SEQ_FILTER, DECODE_MAX_Q, STAGES, FP8,
                           P_SCALE_LOG2, TWO_LEVEL, QUANTIZE_Q, Q_MAX, HAS_Q_DESCALE, HAS_K_DESCALE, HAS_V_DESCALE,
-                          P_CARRY_F32, num_warps, VALID_D, Q_ROWS, K_FROM_REGS)  # fmt: skip
+                          P_CARRY_F32, num_warps, VALID_D, Q_ROWS)  # fmt: skip
 
     @gluon.jit
     def _tile_program(q_desc, k_desc, v_desc, q16_desc, k_ptr, v_ptr, out_ptr, lse_ptr, cu_seqlens_q_ptr,
@@ -1493,8 +1442,7 @@ if HAS_GLUON:
                       FP8: gl.constexpr, P_SCALE_LOG2: gl.constexpr, TWO_LEVEL: gl.constexpr,
                       QUANTIZE_Q: gl.constexpr, Q_MAX: gl.constexpr, HAS_Q_DESCALE: gl.constexpr,
                       HAS_K_DESCALE: gl.constexpr, HAS_V_DESCALE: gl.constexpr, P_CARRY_F32: gl.constexpr,
-                      num_warps: gl.constexpr, VALID_D: gl.constexpr, Q_ROWS: gl.constexpr,
-                      K_FROM_REGS: gl.constexpr):  # fmt: skip
+                      num_warps: gl.constexpr, VALID_D: gl.constexpr, Q_ROWS: gl.constexpr):  # fmt: skip
         # One program per (q head, q tile slot): grid (Hq, slots). Q_ROWS: the Q tile's rows (see the kernel's)
         BLOCK_M: gl.constexpr = q_desc.block_type.shape[0]
         HEAD_DIM: gl.constexpr = q_desc.block_type.shape[1]
@@ -1530,7 +1478,7 @@ if HAS_GLUON:
                 else:
                     v_bufs = gl.allocate_shared_memory(v_desc.dtype, [STAGES, BLOCK_N, HEAD_DIM], v_desc.layout)
                 if FP8 and GATHER:  # gathered fp8 V rows wait here for the producer's transpose (or widening)
-                    STAGE_TILES: gl.constexpr = 4 if WIDEN_K and not K_FROM_REGS else 2  # as the kernel's
+                    STAGE_TILES: gl.constexpr = 4 if WIDEN_K else 2  # as the kernel's
                     v_stage = gl.allocate_shared_memory(k_desc.dtype, [STAGE_TILES, BLOCK_N, HEAD_DIM], k_desc.layout)
                 else:
                     v_stage = q_smem  # unused
@@ -1559,8 +1507,8 @@ if HAS_GLUON:
                 ZERO_TAIL: gl.constexpr = not GATHER  # cp.async gathers zero-fill keys past the sequence themselves
                 # a TMA producer is one warp issuing copies; a gathering one computes addresses (4 warps)
                 PRODUCER_WARPS: gl.constexpr = PAGED_PRODUCER_WARPS if GATHER else 1
-                WORKER_REGS: gl.constexpr = _partition_regs(GATHER, V_KEY_MAJOR, K_FROM_REGS, False)
-                PRODUCER_REGS_: gl.constexpr = _partition_regs(GATHER, V_KEY_MAJOR, K_FROM_REGS, True)
+                WORKER_REGS: gl.constexpr = _partition_regs(GATHER, V_KEY_MAJOR, False)
+                PRODUCER_REGS_: gl.constexpr = _partition_regs(GATHER, V_KEY_MAJOR, True)
                 gl.warp_specialize(
                     [
                         (_consumer_default, (q_smem, k_bufs, v_bufs, q_ready, k_ready, v_ready, kv_empty, turns,
@@ -1618,7 +1566,7 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
                         paged_tma: bool = False, persistent_programs: int = 0,
                         p_carry_f32: bool = False, block_n: int = 0, dynamic: bool = False,
                         fp8_v16: bool = False, q_split: bool = False,
-                        fp8_v16_contiguous: bool = False, k_from_regs: bool = False):  # fmt: skip
+                        fp8_v16_contiguous: bool = False):  # fmt: skip
     """(kernel, grid, args, constexprs, options) of one warp-specialized prefill launch; `supports` must hold.
 
     fp8 K/V: V is read from its key-major copy (`key_major_v`, made here); quantize_q rounds a 16-bit q to K's fp8
@@ -1634,7 +1582,6 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
     (`supports`' widen_k): K and V, paged or contiguous, are gathered and widened to q's type and fp16, both wgmmas
     16-bit. q_split (with quantize_q): q as two fp8 terms, QK as two fp8 wgmmas into one accumulator.
     fp8_v16_contiguous: contiguous fp8 K/V are gathered and V widened as fp8_v16 does for pages (no key-major copy).
-    k_from_regs: with K widened, K's rows reach the producer's registers by plain loads, not staged by cp.async.
     """
     total_q, num_q_heads, valid_d = q.shape
     head_dim = tile_head_dim(valid_d)  # the tiles' D; a smaller head size is padded (supports' pad_head_dim)
@@ -1770,7 +1717,6 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
         Q_BUFS=2 if persistent_programs > 0 and head_dim <= 128 and not quantize_q else 1,
         VALID_D=valid_d,
         DYNAMIC=dynamic and persistent_programs > 0,
-        K_FROM_REGS=widened_k and k_from_regs,
     )
     return attention_fwd_hopper_kernel, grid, args, constexprs, {"num_warps": NUM_WARPS}
 
