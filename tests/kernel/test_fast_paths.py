@@ -17,6 +17,7 @@ from attn_testing import (
     scaled,
 )
 
+from tritonfa.fp8 import OCP_FP8_DTYPES
 from tritonfa.kernels.attention import plan_attention
 
 
@@ -203,3 +204,23 @@ def test_eager_calls_skip_the_dispatcher_and_compile_traces_the_op(monkeypatch):
         fullgraph=True,
     )
     torch.testing.assert_close(compiled(inputs.q, inputs.k, inputs.v), expected)
+
+
+@pytest.mark.skipif(ON_GPU and torch.cuda.get_device_capability()[0] != 9, reason="forces Hopper's code path")
+@pytest.mark.parametrize("kv_dtype", OCP_FP8_DTYPES)  # Hopper's fp8 types
+@pytest.mark.parametrize("tile", [{}, {"block_n": 64, "num_stages": 5}])
+def test_paged_fp8_decode_with_block_ids_a_step_ahead(monkeypatch, kv_dtype, tile):
+    """Opt-in `decode_prefetch_fp8_ids`: paged fp8 decode tiles load the next step's block ids in this step. The last
+    step's look-ahead points past the sequence (masked), a context shorter than one key block has no second step,
+    and the unused page slots are NaN; 16-bit caches keep the in-step load."""
+    monkeypatch.setenv("TRITONFA_ARCH", "hopper")
+    monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"decode_prefetch_fp8_ids": True, **tile}}))
+    seqlens_q = [1, 1, 4, 1]
+    seqlens_k = [scaled(300, 3000), 17, scaled(129, 1025), 1]
+    inputs = make_inputs(seqlens_q, seqlens_k, num_heads=(8, 2), head_size=128, kv_dtype=kv_dtype,
+                         kv_layout="paged")  # fmt: skip
+    [decode] = _plan(inputs, "hopper")
+    assert decode.constexprs["BLOCK_M"] < 64 and decode.constexprs["PREFETCH_BLOCK_IDS"]
+    check_low_precision(inputs, causal=True)
+    sixteen = make_inputs(seqlens_q, seqlens_k, num_heads=(8, 2), head_size=128, kv_layout="paged")
+    assert not _plan(sixteen, "hopper")[0].constexprs["PREFETCH_BLOCK_IDS"]

@@ -145,6 +145,8 @@ def cross_compile_specs(arch: str) -> list[dict[str, Any]]:
         plans.append(functools.partial(_plan_with_override, json.dumps(portable_only)))
         # the opt-in widening launch before a 16-bit prefill over fp8 K/V (config `ws_fp8_widen_copy`)
         plans.append(functools.partial(_plan_with_override, json.dumps({"hopper": {"ws_fp8_widen_copy": True}})))
+        # the opt-in block ids a step ahead in paged fp8 decode tiles (config `decode_prefetch_fp8_ids`)
+        plans.append(functools.partial(_plan_with_override, json.dumps({"hopper": {"decode_prefetch_fp8_ids": True}})))
     for head_dim, variant, decode, plan in itertools.product(head_dims, _variants(arch), (False, True), plans):
         inputs = _meta_inputs(arch, head_dim=head_dim, decode=decode, **variant)
         for launch in plan(**inputs):
@@ -174,6 +176,7 @@ def cross_compile_specs(arch: str) -> list[dict[str, Any]]:
                         "PAGE_SIZE",
                     )
                 )  # fmt: skip
+                + (" PREFETCH_IDS" if c.get("PREFETCH_BLOCK_IDS") and c.get("BLOCK_M", 0) < 64 else "")
                 + f" w{launch.options['num_warps']} s{launch.options['num_stages']}]"
             )
             # The sequence filter of a mixed batch's two launches changes a few scalar branches: one of

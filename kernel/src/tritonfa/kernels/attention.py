@@ -111,6 +111,7 @@ def _attend_kv_range(
     V_KEY_MAJOR: tl.constexpr,
     V_TMA: tl.constexpr,
     K_ROWS: tl.constexpr,
+    PREFETCH_BLOCK_IDS: tl.constexpr,
     USE_WINDOW: tl.constexpr,
     HAS_SOFTCAP: tl.constexpr,
     HAS_ALIBI: tl.constexpr,
@@ -132,9 +133,6 @@ def _attend_kv_range(
         fold = tl.full(score_scale.shape, 1.0, tl.float32)  # [BM]
     else:
         fold = score_scale * LOG2E
-    # Prefill tiles fetch block ids one iteration ahead, so a step's K/V addresses never wait on a load of that step
-    # (H200: paged prefill 1.26 -> 1.11 ms); decode tiles, short of registers, lose 70% with it and load in the step.
-    PREFETCH_BLOCK_IDS: tl.constexpr = PAGED and not USE_TMA and q.shape[0] >= 64
     if PREFETCH_BLOCK_IDS:
         i_k_first = kv_start + tl.arange(0, BLOCK_N)
         i_block_next = tl.load(block_table_ptr + i_k_first // PAGE_SIZE, mask=i_k_first < seq_k_len, other=0)
@@ -367,6 +365,10 @@ def attention_fwd_kernel(
     V_KEY_MAJOR: tl.constexpr,
     V_TMA: tl.constexpr,  # V through v_desc too (with V_KEY_MAJOR: a descriptor of the key-major copy)
     K_ROWS: tl.constexpr,  # pointer loads of K as [BN, BD] rows (like V) instead of [BD, BN]
+    # paged pointer loads: block ids fetched a step ahead, so a step's K/V addresses wait on no load of that step
+    # (H200: paged prefill 1.26 -> 1.11 ms); 16-bit decode tiles lost 70% with it (session 3: the deeper pipeline it
+    # gives costs a program per SM) and load in the step
+    PREFETCH_BLOCK_IDS: tl.constexpr,
     HAS_SEQUSED: tl.constexpr,
     USE_WINDOW: tl.constexpr,
     HAS_SOFTCAP: tl.constexpr,
@@ -532,8 +534,8 @@ def attention_fwd_kernel(
             stride_v_block, stride_v_tok, stride_v_head, stride_v_dim,
             stride_bias_head, stride_bias_q, stride_bias_k,
             HEAD_DIM, HEAD_DIM_V, BLOCK_D, BLOCK_DV, BLOCK_N, part != 1, PAGED, PAGE_SIZE, CACHE_OFFSETS_32, USE_TMA,
-            V_KEY_MAJOR, V_TMA, K_ROWS, USE_WINDOW, HAS_SOFTCAP, HAS_ALIBI, HAS_BIAS, QK_DTYPE, PV_DTYPE, V_IS_FP8,
-            P_SCALE, DOT_PRECISION,
+            V_KEY_MAJOR, V_TMA, K_ROWS, PREFETCH_BLOCK_IDS, USE_WINDOW, HAS_SOFTCAP, HAS_ALIBI, HAS_BIAS, QK_DTYPE,
+            PV_DTYPE, V_IS_FP8, P_SCALE, DOT_PRECISION,
         )  # fmt: skip
 
     if HAS_SINK and not SPLIT_KV:
@@ -1073,6 +1075,9 @@ def _plan_launch(
         V_KEY_MAJOR=v_key_major,
         V_TMA=v_tma,
         K_ROWS=config.k_rows and not use_tma,
+        PREFETCH_BLOCK_IDS=paged
+        and not use_tma
+        and (config.block_m >= 64 or (config.decode_prefetch_fp8_ids and k.element_size() == 1)),
         HAS_SEQUSED=seqused_k is not None,
         USE_WINDOW=window_left >= 0 or window_right >= 0,
         HAS_SOFTCAP=softcap > 0.0,
