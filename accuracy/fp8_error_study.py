@@ -12,18 +12,19 @@ would hand the kernel) for
   `calibrated` (a) one fixed scale calibrated offline, as the seed (vLLM 0.9's Triton FAv2 with a checkpoint
                `prob_scale`): fp8_max / amax, amax = the largest softmax probability seen on a calibration draw;
   `per_tile`   (b) a scale per (row, KV tile) from the row maximum of the tile: fp8_max / max_j P_ij, the tile's
-               PV product rescaled by its inverse before it joins the fp32 accumulator;
-  `pow2`       (c) a fixed power of two, the largest <= fp8 max (256 for e4m3fn): what tritonfa's kernel does,
-               and FlashAttention-3 (exp2 offset of 8);
+               PV product rescaled by its inverse before it joins the fp32 accumulator: what tritonfa's portable
+               kernel does (P taken relative to the tile's row max, exp2 offset of log2(fp8 max));
+  `pow2`       (c) a fixed power of two, the largest <= fp8 max (256 for e4m3fn): what Hopper's Gluon prefill does
+               with an fp8 P@V, and FlashAttention-3 (exp2 offset of 8);
   `unscaled`   P cast to fp8 as is (scale 1), what vLLM 0.24's TRITON_ATTN does with an fp8 q: a reference point.
 - input scenarios meant to look like a model's attention: Gaussian, outlier channels in K, large logits, an
   attention sink (a key with a huge logit and a near-zero value, as LLMs put on the first token), and a long
   context with a sink (decode-like: few queries at the end of a long KV).
 
 Which P the kernel itself uses depends on the device and the call, and the study asks the launcher (its plan for
-each mode's inputs): fp8 P with the power of two (`pow2`) where V meets P in an fp8 dot (the portable kernel: CPU,
-ROCm; Hopper's fp8 P@V), 16-bit P where V reaches the dot widened to fp16 (Hopper's Gluon prefill with V widened,
-decode tiles). Every combination is measured with `emulate_attention`, a torch re-implementation of the kernel's
+each mode's inputs): fp8 P scaled per tile (`per_tile`) where V meets P in an fp8 dot in the portable kernel (CPU,
+ROCm), with the power of two (`pow2`) in Hopper's Gluon fp8 P@V, 16-bit P where V reaches the dot widened to fp16
+(Hopper's Gluon prefill with V widened, decode tiles). Every combination is measured with `emulate_attention`, a torch re-implementation of the kernel's
 blocked online softmax (same BLOCK_N tiling as the planned launch, same running max in the log2 domain, P rounded
 at the same point, same epilogue), and the kernel's own combinations are measured both ways: the emulation is
 trusted for the others because it matches the kernel on these (the run says so, or says where it does not and
@@ -89,7 +90,10 @@ STRATEGY_LABELS = {
     "unscaled": "unscaled (vLLM TRITON_ATTN, fp8 q)",
 }
 # The P strategies the kernel runs (which one, per call: `kernel_numerics`)
-KERNEL_STRATEGIES = ("p16", "pow2")
+KERNEL_STRATEGIES = ("p16", "per_tile", "pow2")
+# The opt-in fp8 q's rows in the table: 16-bit P and the power of two (what Hopper's Gluon prefill runs with it);
+# the portable kernel's per-tile P for that mode is checked against its emulation by tests/accuracy, not tabled
+Q8_STRATEGIES = ("p16", "pow2")
 # |kernel - emulation| / ||ref|| at most this share of the emulated error: the emulation stands for the kernel
 # (GPU: tensor-core accumulation order is not modelled; CPU interpreter: ~0.1%)
 EMULATION_AGREEMENT = 0.25
@@ -101,7 +105,7 @@ def table_rows() -> list[tuple[str, str]]:
     return [
         ("bf16", "p16"),
         *((mode, strategy) for mode in FP8_MODES for strategy in STRATEGIES),
-        *(("fp8kv_q8", strategy) for strategy in KERNEL_STRATEGIES),
+        *(("fp8kv_q8", strategy) for strategy in Q8_STRATEGIES),
     ]
 
 
@@ -340,8 +344,8 @@ def _kernel_config(inputs: Inputs):
 
 def kernel_numerics(batch: Batch, inputs: Inputs, mode: Mode) -> tuple[str, int, torch.dtype]:
     """(P strategy, BLOCK_N, P's type under `p16`) of the launch that computes these inputs' first sequence, as the
-    launcher plans it on this device (nothing runs): `pow2` where V meets P in an fp8 dot, `p16` where it reaches
-    the dot in 16 bits - fp16 beside fp8 V widened in the kernel, q's type where K and V were widened to it before
+    launcher plans it on this device (nothing runs): where V meets P in an fp8 dot, `per_tile` in the portable
+    kernel and `pow2` in Hopper's Gluon prefill; `p16` where it reaches the dot in 16 bits - fp16 beside fp8 V widened in the kernel, q's type where K and V were widened to it before
     the prefill (Hopper's `ws_fp8_widen_copy`: the prefill is a 16-bit call)."""
     from tritonfa.kernels.attention import plan_attention
 
@@ -357,11 +361,11 @@ def kernel_numerics(batch: Batch, inputs: Inputs, mode: Mode) -> tuple[str, int,
     constexprs = next(c for c in (launch.constexprs for launch in launches) if "P_SCALE_LOG2" in c or "V_IS_FP8" in c)
     widened_before = False
     if "P_SCALE_LOG2" in constexprs:  # Hopper's Gluon prefill: P scaled for an fp8 P@V only (V not widened)
-        fp8_p = constexprs["FP8"] and constexprs["P_SCALE_LOG2"] != 0
+        strategy = "pow2" if constexprs["FP8"] and constexprs["P_SCALE_LOG2"] != 0 else "p16"
         widened_before = mode.kv_fp8 and not constexprs["FP8"]
     else:  # the portable kernel
-        fp8_p = constexprs["V_IS_FP8"]
-    return ("pow2" if fp8_p else "p16"), constexprs["BLOCK_N"], q.dtype if widened_before else p16_dtype(mode)
+        strategy = "per_tile" if constexprs["V_IS_FP8"] else "p16"
+    return strategy, constexprs["BLOCK_N"], q.dtype if widened_before else p16_dtype(mode)
 
 
 def _scalar(t: torch.Tensor | None, device) -> torch.Tensor:
@@ -427,18 +431,22 @@ def emulate_attention(
                 m_new = torch.maximum(m, s.amax(-1))
                 m_safe = torch.where(m_new == -math.inf, 0.0, m_new)
                 alpha = torch.exp2(m - m_safe)
-                p = torch.exp2(s - m_safe[..., None])
-                l = l * alpha + p.sum(-1)
                 acc = acc * alpha[..., None]
                 v_tile = v_seq[:, start : start + block_n]
-                if not fp8_p:
-                    acc = acc + torch.matmul(round_to(p, p_dtype), v_tile)
-                elif strategy == "per_tile":
-                    row_max = p.amax(-1, keepdim=True)  # = exp2(tile max - m_new) <= 1
-                    tile_scale = torch.where(row_max > 0, fp8_max / row_max, 1.0)
-                    acc = acc + torch.matmul(round_to(p * tile_scale, p_dtype), v_tile) * (1.0 / tile_scale)
+                if strategy == "per_tile":
+                    # as the portable kernel computes it: P relative to the tile's row max, whose P is fp8's max;
+                    # the tile's sum and product are brought to the running max's scale by beta in fp32
+                    m_tile = s.amax(-1)
+                    m_tile_safe = torch.where(m_tile == -math.inf, m_safe, m_tile)
+                    p = torch.exp2(s - (m_tile_safe - math.log2(fp8_max))[..., None])
+                    beta = torch.exp2(m_tile_safe - m_safe) * (1.0 / fp8_max)
+                    l = l * alpha + p.sum(-1) * beta
+                    acc = acc + torch.matmul(round_to(p, p_dtype), v_tile) * beta[..., None]
                 else:
-                    acc = acc + torch.matmul(round_to(p * fixed_scale, p_dtype), v_tile)
+                    p = torch.exp2(s - m_safe[..., None])
+                    l = l * alpha + p.sum(-1)
+                    p_fixed = p if not fp8_p else p * fixed_scale
+                    acc = acc + torch.matmul(round_to(p_fixed, p_dtype), v_tile)
                 m = m_new
             l_safe = torch.where(l == 0.0, 1.0, l)
             factor = 1.0 / l_safe

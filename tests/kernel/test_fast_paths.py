@@ -148,10 +148,10 @@ def test_hopper_decode_tiles_keep_p_in_fp16_with_fp8_v(q_fp8):
     decode = make_inputs([1] * 4, [300, 17, 1, 64], num_heads=(8, 2), head_size=128, kv_dtype=fp8,
                          dtype=fp8 if q_fp8 else torch.bfloat16, kv_layout="paged")  # fmt: skip
     c = _plan(decode, "hopper")[0].constexprs
-    assert c["BLOCK_M"] < 64 and c["PV_DTYPE"] == tl_float16() and not c["V_IS_FP8"] and c["P_SCALE"] == 1.0
+    assert c["BLOCK_M"] < 64 and c["PV_DTYPE"] == tl_float16() and not c["V_IS_FP8"] and c["P_TILE_MAX"] == 1.0
     prefill = make_inputs([300], [300], num_heads=(8, 2), head_size=128, dtype=fp8, kv_dtype=fp8)
     c = _plan(prefill, "hopper")[0].constexprs
-    assert c["BLOCK_M"] >= 64 and c["V_IS_FP8"] and c["P_SCALE"] > 1.0
+    assert c["BLOCK_M"] >= 64 and c["V_IS_FP8"] and c["P_TILE_MAX"] == 448.0
     c = _plan(decode, "cdna4")[0].constexprs
     assert c["BLOCK_M"] < 64 and c["V_IS_FP8"], "MI350's small dots take fp8"
 

@@ -13,14 +13,16 @@ The KV loop runs in three ranges: masked blocks at the start of the window, unma
 blocks at the end (causal diagonal, window edge, sequence end), so the interior pays for no masking.
 
 Scores are kept in the log2 domain (exp2 with log2(e) folded into the scale). When the PV dot runs in fp8 (V fp8,
-V_IS_FP8), P is multiplied by P_SCALE (a power of two, see `tritonfa.fp8.p_scale`), cast to V's fp8 type for the
-PV dot and the accumulator is divided by P_SCALE at the end.
+V_IS_FP8), each key block's P is taken relative to the block's own row max and scaled so that this max is fp8's
+largest value (P_TILE_MAX; the fp8 error study's strategy (b), accuracy/README.md), cast to V's fp8 type for the
+PV dot, and the block's product and row sum are brought back to the running max's scale in fp32.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 import os
 from typing import Any
 
@@ -30,7 +32,7 @@ import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 from tritonfa.configs import DECODE_MAX_SEQLEN_Q, AttentionConfig, detect_arch, native_fp8_dot, select_config
-from tritonfa.fp8 import FP8_DTYPES, OCP_FP8_DTYPES, descale_strides, fp8_max, is_fp8, p_scale
+from tritonfa.fp8 import FP8_DTYPES, OCP_FP8_DTYPES, descale_strides, fp8_max, is_fp8
 from tritonfa.kernels import attention_hopper, plan_cache, widen_kv
 from tritonfa.kernels.launch import launch
 
@@ -119,7 +121,8 @@ def _attend_kv_range(
     QK_DTYPE: tl.constexpr,
     PV_DTYPE: tl.constexpr,
     V_IS_FP8: tl.constexpr,
-    P_SCALE: tl.constexpr,
+    P_TILE_MAX: tl.constexpr,
+    P_TILE_MAX_LOG2: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
 ):
     o_d = tl.arange(0, BLOCK_D)
@@ -241,21 +244,29 @@ def _attend_kv_range(
                 visible = visible & (relative <= window_right) & (relative >= -window_left)
             b_s = tl.where(visible, b_s, float("-inf"))
 
-        m_new = tl.maximum(m_i, tl.max(b_s, 1) * fold)
+        m_tile = tl.max(b_s, 1) * fold  # [BM]
+        m_new = tl.maximum(m_i, m_tile)
         # A row that has seen no key yet has m = -inf; subtracting 0 instead keeps exp2 free of inf - inf.
         m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
         alpha = tl.exp2(m_i - m_safe)
-        b_p = tl.exp2(b_s * fold[:, None] - m_safe[:, None])  # [BM, BN]
-        l_i = l_i * alpha + tl.sum(b_p, 1)
         acc = acc * alpha[:, None]
         if V_IS_FP8:
-            b_p_low = (b_p * P_SCALE).to(b_v.dtype).to(PV_DTYPE)
+            # P relative to this block's row max, scaled so that it is fp8's max: small probabilities keep the
+            # format's exponent range whatever the running max (a sink or an earlier peak) is. beta brings the block
+            # back to the running max's scale (and divides the fp8 max out) in fp32.
+            m_tile_safe = tl.where(m_tile == float("-inf"), m_safe, m_tile)
+            b_p = tl.exp2(b_s * fold[:, None] - (m_tile_safe - P_TILE_MAX_LOG2)[:, None])  # [BM, BN], <= P_TILE_MAX
+            beta = tl.exp2(m_tile_safe - m_safe) * (1.0 / P_TILE_MAX)  # [BM]
+            l_i = l_i * alpha + tl.sum(b_p, 1) * beta
+            b_pv = tl.dot(b_p.to(b_v.dtype).to(PV_DTYPE), b_v.to(PV_DTYPE), input_precision=DOT_PRECISION)
+            # added to acc in fp32, not passed into the dot: Hopper's fp8 MMA keeps 13 mantissa bits of its
+            # accumulator, so chaining acc through every block of a long context shrinks the output (2.5% at 32k keys
+            # in the interpreter's model of it)
+            acc += b_pv * beta[:, None]
         else:
-            b_p_low = b_p.to(PV_DTYPE)
-        # Add the block's P @ V to acc in fp32 instead of passing acc into the dot: Hopper's fp8 MMA keeps 13 mantissa
-        # bits of its accumulator, so chaining acc through every block of a long context shrinks the output (2.5% at
-        # 32k keys in the interpreter's model of it). For 16-bit dots Triton folds the add back into the dot.
-        acc += tl.dot(b_p_low, b_v.to(PV_DTYPE), input_precision=DOT_PRECISION)
+            b_p = tl.exp2(b_s * fold[:, None] - m_safe[:, None])  # [BM, BN]
+            l_i = l_i * alpha + tl.sum(b_p, 1)
+            acc += tl.dot(b_p.to(PV_DTYPE), b_v.to(PV_DTYPE), input_precision=DOT_PRECISION)
         m_i = m_new
     return acc, l_i, m_i
 
@@ -384,7 +395,8 @@ def attention_fwd_kernel(
     QK_DTYPE: tl.constexpr,
     PV_DTYPE: tl.constexpr,
     V_IS_FP8: tl.constexpr,
-    P_SCALE: tl.constexpr,
+    P_TILE_MAX: tl.constexpr,  # V_IS_FP8: the largest value of V's fp8 type, what each key block's row max of P maps to
+    P_TILE_MAX_LOG2: tl.constexpr,  # log2(P_TILE_MAX)
     Q_MAX: tl.constexpr,
     OUT_MAX: tl.constexpr,  # fp8 output clamp; 0 = no clamp
     DOT_PRECISION: tl.constexpr,
@@ -535,7 +547,7 @@ def attention_fwd_kernel(
             stride_bias_head, stride_bias_q, stride_bias_k,
             HEAD_DIM, HEAD_DIM_V, BLOCK_D, BLOCK_DV, BLOCK_N, part != 1, PAGED, PAGE_SIZE, CACHE_OFFSETS_32, USE_TMA,
             V_KEY_MAJOR, V_TMA, K_ROWS, PREFETCH_BLOCK_IDS, USE_WINDOW, HAS_SOFTCAP, HAS_ALIBI, HAS_BIAS, QK_DTYPE,
-            PV_DTYPE, V_IS_FP8, P_SCALE, DOT_PRECISION,
+            PV_DTYPE, V_IS_FP8, P_TILE_MAX, P_TILE_MAX_LOG2, DOT_PRECISION,
         )  # fmt: skip
 
     if HAS_SINK and not SPLIT_KV:
@@ -550,8 +562,6 @@ def attention_fwd_kernel(
     # Rows that saw no key (and no sink) have l = 0 and acc = 0: divide by 1 so they come out as 0, not NaN.
     l_safe = tl.where(l_i == 0.0, 1.0, l_i)
     out_factor = 1.0 / l_safe
-    if V_IS_FP8:
-        out_factor = out_factor * (1.0 / P_SCALE)
     if HAS_V_DESCALE:
         out_factor = out_factor * tl.load(v_descale_ptr + seq * stride_vdesc_seq + kv_head * stride_vdesc_head)
     b_o = acc * out_factor[:, None]  # [BM, BDV]
@@ -1092,8 +1102,9 @@ def _plan_launch(
         SCALE_Q=scale_q,
         QK_DTYPE=_TORCH_TO_TL[qk_dtype],
         PV_DTYPE=_TORCH_TO_TL[pv_dtype],
-        V_IS_FP8=is_fp8(pv_dtype),  # P@V in fp8: P rounded through V's type, scaled by P_SCALE
-        P_SCALE=p_scale(v.dtype) if is_fp8(pv_dtype) else 1.0,
+        V_IS_FP8=is_fp8(pv_dtype),  # P@V in fp8: P rounded through V's type, each block's row max at P_TILE_MAX
+        P_TILE_MAX=fp8_max(v.dtype) if is_fp8(pv_dtype) else 1.0,
+        P_TILE_MAX_LOG2=math.log2(fp8_max(v.dtype)) if is_fp8(pv_dtype) else 0.0,
         Q_MAX=(fp8_max(k.dtype) if quantize_q else FP16_SAFE_MAX) if scale_q else 0.0,
         OUT_MAX=out_max,
         DOT_PRECISION=dot_precision(arch, qk_dtype, pv_dtype),
