@@ -25,10 +25,10 @@ Which P the kernel itself uses depends on the device and the call, and the study
 each mode's inputs): fp8 P scaled per tile (`per_tile`) where V meets P in an fp8 dot in the portable kernel (CPU,
 ROCm), with the power of two (`pow2`) in Hopper's Gluon fp8 P@V, 16-bit P where V reaches the dot widened to fp16
 (Hopper's Gluon prefill with V widened, decode tiles). Every combination is measured with `emulate_attention`, a
-torch re-implementation of the kernel's blocked online softmax (same BLOCK_N tiling as the planned launch, same running max in the log2 domain, P rounded
-at the same point, same epilogue), and the kernel's own combinations are measured both ways: the emulation is
-trusted for the others because it matches the kernel on these (the run says so, or says where it does not and
-exits 1).
+torch re-implementation of the kernel's blocked online softmax (same BLOCK_N tiling as the planned launch, same
+running max in the log2 domain, P rounded at the same point, same epilogue), and the kernel's own combinations are
+measured both ways: the emulation is trusted for the others because it matches the kernel on these (the run says
+so, or says where it does not and exits 1).
 
 CPU (no GPU visible): the kernel runs in Triton's interpreter at a small scale (this script switches the
 interpreter on and applies the same interpreter fixes as tests/conftest.py). GPU: full size (32/8 heads, D 128,
@@ -346,7 +346,8 @@ def kernel_numerics(batch: Batch, inputs: Inputs, mode: Mode) -> tuple[str, int,
     """(P strategy, BLOCK_N, P's type under `p16`) of the launch that computes these inputs' first sequence, as the
     launcher plans it on this device (nothing runs): where V meets P in an fp8 dot, `per_tile` in the portable
     kernel and `pow2` in Hopper's Gluon prefill; `p16` where it reaches the dot in 16 bits - fp16 beside fp8 V
-    widened in the kernel, q's type where K and V were widened to it before the prefill (Hopper's `ws_fp8_widen_copy`: the prefill is a 16-bit call)."""
+    widened in the kernel, q's type where K and V were widened to it before the prefill (Hopper's
+    `ws_fp8_widen_copy`: the prefill is a 16-bit call)."""
     from tritonfa.kernels.attention import plan_attention
 
     q = inputs.kernel_q if inputs.kernel_q is not None else inputs.q
