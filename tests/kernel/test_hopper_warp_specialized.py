@@ -554,6 +554,40 @@ def test_warp_specialized_fp8_prefill_matches_reference(monkeypatch, head_size, 
     check_low_precision(inputs, causal=causal, **descales)
 
 
+@pytest.mark.skipif(not attention_hopper.HAS_GLUON, reason="this triton has no Gluon")
+def test_fp8_p_per_tile_is_planned_where_p_meets_fp8_v(monkeypatch):
+    """Opt-in `ws_fp8_p_per_tile`: only where the Gluon prefill rounds P to fp8 (key-major V, two-level P@V)."""
+    fp8 = torch.float8_e4m3fn
+    inputs = make_inputs([300], [300], num_heads=(8, 2), head_size=128, dtype=fp8, kv_dtype=fp8)
+    monkeypatch.setenv("TRITONFA_CONFIG", _ws_fp8_config(ws_fp8_p_per_tile=True))
+    non_causal = _constexprs(inputs, window_right=-1)
+    assert non_causal["P_PER_TILE"] and non_causal["P_SCALE_LOG2"] > 0
+    assert not _constexprs(inputs)["P_PER_TILE"], "causal calls widen V (16-bit P) by default"
+    monkeypatch.setenv("TRITONFA_CONFIG", _ws_fp8_config(ws_fp8_p_per_tile=True, ws_fp8_two_level=False))
+    assert not _constexprs(inputs, window_right=-1)["P_PER_TILE"], "P@V chained in the MMA: no factor per block"
+    monkeypatch.setenv("TRITONFA_CONFIG", _ws_fp8_config())
+    assert not _constexprs(inputs, window_right=-1)["P_PER_TILE"], "off by default"
+
+
+@pytest.mark.skipif(not (ON_HOPPER and attention_hopper.HAS_GLUON), reason="Gluon kernels run on a Hopper GPU only")
+@pytest.mark.parametrize("head_size", [64, 128])
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("persistent", [True, False])
+def test_warp_specialized_fp8_p_per_tile_matches_reference(monkeypatch, head_size, causal, persistent):
+    """fp8 P scaled per (row, key block) with key-major V: against the reference (NaN keys past the sequences,
+    an empty sequence, per-head descales), and visibly not the power of two's numerics (same inputs)."""
+    fields = dict(ws_fp8_v16_contiguous=False, ws_persistent=persistent)
+    monkeypatch.setenv("TRITONFA_CONFIG", _ws_fp8_config(ws_fp8_p_per_tile=True, **fields))
+    inputs = _fp8_batch(head_size, torch.float8_e4m3fn, use_seqused_k=True)
+    assert _plan(inputs)[0] == WS and _constexprs(inputs, window_right=-1 if not causal else 0)["P_PER_TILE"]
+    descales = {name: fp8_descale("per_head", inputs.batch, inputs.num_kv_heads)
+                for name in ("q_descale", "k_descale", "v_descale")}  # fmt: skip
+    per_tile = check_low_precision(inputs, causal=causal, **descales)
+    monkeypatch.setenv("TRITONFA_CONFIG", _ws_fp8_config(**fields))
+    power_of_two = check_low_precision(inputs, causal=causal, **descales)
+    assert not torch.equal(per_tile, power_of_two), "the config changed nothing"
+
+
 @pytest.mark.skipif(not (ON_HOPPER and attention_hopper.HAS_GLUON), reason="Gluon kernels run on a Hopper GPU only")
 @pytest.mark.parametrize("kv_layout", ["paged", "paged_kv_interleaved", "paged_heads_major"])
 @pytest.mark.parametrize("block_size", [16, 256])

@@ -75,6 +75,10 @@ class AttentionConfig:
     # term). Opt-in until measured
     ws_fp8_q_split: bool = False
     ws_fp8_two_level: bool = True  # fp8 P@V: each block's product added to O in fp32, not chained in the MMA
+    # with ws_fp8_two_level, where P meets key-major fp8 V (non-causal contiguous fp8 prefill): P scaled per (row, key
+    # block) to fp8's max - the fp8 error study's (b), what the portable kernel does - instead of a fixed 2^8.
+    # Opt-in until measured on the H200
+    ws_fp8_p_per_tile: bool = False
     ws_stages: int = 0  # K/V ring slots of the Gluon prefill; 0 = attention_hopper.tiles_for's
     ws_paged_tma: bool = False  # Gluon prefill: paged K/V through TMA boxes of a page's keys (else cp.async gathers)
     # Gluon prefill: a persistent grid (one program per SM slot walks the tiles; the next tile's loads overlap this

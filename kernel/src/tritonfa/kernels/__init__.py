@@ -277,6 +277,13 @@ def _hopper_prefill_specs() -> list[dict[str, Any]]:
     # contiguous fp8 gathered with V widened (config `ws_fp8_v16_contiguous`): fp8 q, D 64 and 128, causal or not
     choices += [(d, causal, True, False, fp8, fp8, False, True, 0, False, 132, False, 0, False, True, False, True)
                 for d in (64, 128) for causal in (True, False)]  # fmt: skip
+    choices = [(*choice, False) for choice in choices]
+    # fp8 P scaled per (row, key block) with key-major V (config `ws_fp8_p_per_tile`): non-causal and causal, D 64
+    # and 128, both grids; a quantized q
+    choices += [(d, causal, True, False, fp8, fp8, False, True, 0, False, programs, False, 0, False, False, False,
+                 False, True) for d in (64, 128) for causal in (False, True) for programs in (0, 132)]  # fmt: skip
+    choices += [(128, False, True, False, bf16, fp8, True, True, 0, False, 132, False, 0, False, False, False, False,
+                 True)]  # fmt: skip
     specs = []
     for (
         head_dim,
@@ -296,6 +303,7 @@ def _hopper_prefill_specs() -> list[dict[str, Any]]:
         v16,
         q_split,
         v16_contiguous,
+        p_per_tile,
     ) in choices:
         inputs = _meta_inputs("hopper", q_dtype, kv_dtype, head_dim, paged=paged, decode=False,
                               features=not causal)  # fmt: skip
@@ -306,7 +314,7 @@ def _hopper_prefill_specs() -> list[dict[str, Any]]:
             inputs["q"], inputs["k"], inputs["v"], out, lse, inputs["cu_seqlens_q"], inputs["cu_seqlens_k"],
             inputs["seqused_k"], inputs["block_table"], 0.125, causal, 1, 16, pingpong,
             inputs["q_descale"], inputs["k_descale"], inputs["v_descale"], quantize_q, two_level, stages,
-            bool(paged_tma), programs, pf32, block_n, dynamic, v16, q_split, v16_contiguous,
+            bool(paged_tma), programs, pf32, block_n, dynamic, v16, q_split, v16_contiguous, p_per_tile,
         )  # fmt: skip
         name = (
             f"{fn.__name__}[hopper d{head_dim} CAUSAL={causal} RETURN_LSE={lse is not None} PINGPONG={pingpong} "
@@ -322,6 +330,7 @@ def _hopper_prefill_specs() -> list[dict[str, Any]]:
             + (" K16" if fp8_kv and q_dtype != fp8 and not quantize_q else "")
             + (" Q_SPLIT" if q_split else "")
             + (" V16_CONTIGUOUS" if v16_contiguous else "")
+            + (" P_PER_TILE" if p_per_tile else "")
             + "]"
         )
         specs.append(dict(name=name, fn=fn, bound_args=args, constexprs=constexprs, options=options, gluon=True))

@@ -249,7 +249,6 @@ def _attend_kv_range(
         # A row that has seen no key yet has m = -inf; subtracting 0 instead keeps exp2 free of inf - inf.
         m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
         alpha = tl.exp2(m_i - m_safe)
-        acc = acc * alpha[:, None]
         if V_IS_FP8:
             # P relative to this block's row max, scaled so that it is fp8's max: small probabilities keep the
             # format's exponent range whatever the running max (a sink or an earlier peak) is. beta brings the block
@@ -258,6 +257,7 @@ def _attend_kv_range(
             b_p = tl.exp2(b_s * fold[:, None] - (m_tile_safe - P_TILE_MAX_LOG2)[:, None])  # [BM, BN], <= P_TILE_MAX
             beta = tl.exp2(m_tile_safe - m_safe) * (1.0 / P_TILE_MAX)  # [BM]
             l_i = l_i * alpha + tl.sum(b_p, 1) * beta
+            acc = acc * alpha[:, None]
             b_pv = tl.dot(b_p.to(b_v.dtype).to(PV_DTYPE), b_v.to(PV_DTYPE), input_precision=DOT_PRECISION)
             # added to acc in fp32, not passed into the dot: Hopper's fp8 MMA keeps 13 mantissa bits of its
             # accumulator, so chaining acc through every block of a long context shrinks the output (2.5% at 32k keys
@@ -266,6 +266,7 @@ def _attend_kv_range(
         else:
             b_p = tl.exp2(b_s * fold[:, None] - m_safe[:, None])  # [BM, BN]
             l_i = l_i * alpha + tl.sum(b_p, 1)
+            acc = acc * alpha[:, None]
             acc += tl.dot(b_p.to(PV_DTYPE), b_v.to(PV_DTYPE), input_precision=DOT_PRECISION)
         m_i = m_new
     return acc, l_i, m_i
@@ -931,6 +932,7 @@ def _plan_hopper_prefill(
         config.ws_fp8_paged_v16,
         q_split,
         v16_contiguous,
+        config.ws_fp8_p_per_tile,
     )  # fmt: skip
     return KernelLaunch(fn, grid, args, constexprs, options)
 

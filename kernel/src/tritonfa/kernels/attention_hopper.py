@@ -76,6 +76,9 @@ BLOCK_M = 128
 NUM_WARPS = 4  # warps of one consumer warpgroup (64 query rows); the kernel runs two of them and a producer warp
 # registers per thread (setmaxnreg) of the second consumer warpgroup and of the producer; the three warpgroups
 # share 512 per thread slot. A TMA producer needs few; a paged producer computes gathered addresses.
+# P_PER_TILE: each key block's row max of P maps to e4m3's largest value (fp8 P@V is e4m3 here)
+P_TILE_MAX = gl.constexpr(448.0) if HAS_GLUON else 448.0
+P_TILE_MAX_LOG2 = gl.constexpr(math.log2(448.0)) if HAS_GLUON else math.log2(448.0)
 CONSUMER_REGS = gl.constexpr(240) if HAS_GLUON else 240
 PRODUCER_REGS = gl.constexpr(24) if HAS_GLUON else 24
 CONSUMER_REGS_PAGED = gl.constexpr(224) if HAS_GLUON else 224
@@ -571,10 +574,13 @@ if HAS_GLUON:
     @gluon.jit
     def _softmax_step(b_s, m_i, l_i, j, key_shift, q_pos, seq_k_len, diagonal, qk_scale, MASKED: gl.constexpr,
                       CAUSAL: gl.constexpr, BLOCK_N: gl.constexpr, s_layout: gl.constexpr,
-                      ROW_SCALE: gl.constexpr, P_SCALE_LOG2: gl.constexpr):  # fmt: skip
-        # b_s: [BM, BN] raw scores of key block j; returns P (fp32), the new running max and sum, and O's factor.
+                      ROW_SCALE: gl.constexpr, P_SCALE_LOG2: gl.constexpr,
+                      P_PER_TILE: gl.constexpr = False):  # fmt: skip
+        # b_s: [BM, BN] raw scores of key block j; returns P (fp32), the new running max and sum, O's factor, and
+        # the factor of this block's P@V (P_PER_TILE; else alpha, unused).
         # qk_scale: scores -> log2 units, a scalar or (ROW_SCALE, a quantized q's row scales) [BM] and positive.
-        # P_SCALE_LOG2: P (and l) come out 2^P_SCALE_LOG2 times larger, for fp8 P's range.
+        # P_SCALE_LOG2: P (and l) come out 2^P_SCALE_LOG2 times larger, for fp8 P's range. P_PER_TILE instead: P
+        # relative to this block's row max, which comes out as fp8's max (P_TILE_MAX); l stays unscaled.
         # Block j starts key_shift keys before key j * BLOCK_N of the sequence (fp8: the key grid starts on a group
         # of the key-major copy; 0 otherwise); keys before the sequence's first are masked like those after its last.
         if MASKED:
@@ -586,20 +592,30 @@ if HAS_GLUON:
             if CAUSAL:
                 valid = valid & (gl.expand_dims(k_pos, 0) <= gl.expand_dims(q_pos + diagonal, 1))
             b_s = gl.where(valid, b_s, float("-inf"))
-        m_new = gl.maximum(m_i, gl.max(b_s, 1) * qk_scale)  # [BM], log2 domain
+        m_tile = gl.max(b_s, 1) * qk_scale  # [BM], log2 domain
+        m_new = gl.maximum(m_i, m_tile)
         if MASKED:
             m_use = gl.where(m_new == float("-inf"), 0.0, m_new)  # a row that has seen no key yet
         else:
             m_use = m_new
         alpha = gl.exp2(m_i - m_use)
-        if P_SCALE_LOG2 != 0:
+        beta = alpha
+        if P_PER_TILE:
+            if MASKED:
+                m_tile = gl.where(m_tile == float("-inf"), m_use, m_tile)  # a row with no key in this block
+            beta = gl.exp2(m_tile - m_use) * (1.0 / P_TILE_MAX)
+            m_use = m_tile - P_TILE_MAX_LOG2
+        elif P_SCALE_LOG2 != 0:
             m_use = m_use - P_SCALE_LOG2
         if ROW_SCALE:
             b_p = gl.exp2(b_s * gl.expand_dims(qk_scale, 1) - gl.expand_dims(m_use, 1))
         else:
             b_p = gl.exp2(b_s * qk_scale - gl.expand_dims(m_use, 1))
-        l_i = l_i * alpha + gl.sum(b_p, 1)
-        return b_p, m_new, l_i, alpha
+        if P_PER_TILE:
+            l_i = l_i * alpha + gl.sum(b_p, 1) * beta
+        else:
+            l_i = l_i * alpha + gl.sum(b_p, 1)
+        return b_p, m_new, l_i, alpha, beta
 
     @gluon.jit
     def _v_operand(v_bufs, s, V_KEY_MAJOR: gl.constexpr):
@@ -659,10 +675,10 @@ if HAS_GLUON:
 
     @gluon.jit
     def _kv_step(j, it0, turn0, q_smem, q_low_smem, k_bufs, v_bufs, k_ready, v_ready, kv_empty, turns, s_zero,
-                 o_zero, b_o, m_i, l_i, p_prev, key_shift, q_pos, seq_k_len, diagonal, qk_scale,
+                 o_zero, b_o, m_i, l_i, p_prev, beta_prev, key_shift, q_pos, seq_k_len, diagonal, qk_scale,
                  MASKED: gl.constexpr, CAUSAL: gl.constexpr, s_layout: gl.constexpr, o_layout: gl.constexpr,
                  p_layout: gl.constexpr, WG: gl.constexpr, PINGPONG: gl.constexpr, V_KEY_MAJOR: gl.constexpr,
-                 P_SCALE_LOG2: gl.constexpr, TWO_LEVEL: gl.constexpr, ROW_SCALE: gl.constexpr,
+                 P_SCALE_LOG2: gl.constexpr, TWO_LEVEL: gl.constexpr, P_PER_TILE: gl.constexpr, ROW_SCALE: gl.constexpr,
                  CARRY_F32: gl.constexpr, Q_SPLIT: gl.constexpr):  # fmt: skip
         # S_j = Q K_j^T is issued before O += P_{j-1} V_{j-1}; the softmax of S_j overlaps that P@V. it0 / turn0: the
         # K/V blocks and wgmma turns this warpgroup has used before this tile (ring slots and phases go on).
@@ -679,8 +695,9 @@ if HAS_GLUON:
         o_tok = _pv_issue(p_prev, _v_operand(v_bufs, sp, V_KEY_MAJOR), b_o, o_zero, p_layout, TWO_LEVEL, CARRY_F32)
         _pass_turn(turns, WG, PINGPONG)
         b_s = warpgroup_mma_wait(num_outstanding=1, deps=(s_tok,))
-        b_p, m_i, l_i, alpha = _softmax_step(b_s, m_i, l_i, j, key_shift, q_pos, seq_k_len, diagonal, qk_scale, MASKED,
-                                             CAUSAL, BLOCK_N, s_layout, ROW_SCALE, P_SCALE_LOG2)  # fmt: skip
+        b_p, m_i, l_i, alpha, beta = _softmax_step(b_s, m_i, l_i, j, key_shift, q_pos, seq_k_len, diagonal, qk_scale,
+                                                   MASKED, CAUSAL, BLOCK_N, s_layout, ROW_SCALE, P_SCALE_LOG2,
+                                                   P_PER_TILE)  # fmt: skip
         p_next = _to_p(b_p, v_bufs.dtype, p_layout, CARRY_F32)
         if V_KEY_MAJOR or CARRY_F32:
             # the P operand is made in _pv_issue (fp8: 8-bit registers cannot be a dependency of the wait, triton
@@ -688,6 +705,8 @@ if HAS_GLUON:
             if TWO_LEVEL:
                 b_pv = warpgroup_mma_wait(num_outstanding=0, deps=(o_tok,))
                 mbarrier.arrive(kv_empty.index(sp), count=1)
+                if P_PER_TILE:  # block j - 1's P@V, at its own P factor
+                    b_pv = b_pv * gl.expand_dims(gl.convert_layout(beta_prev, gl.SliceLayout(1, o_layout)), 1)
                 b_o = (b_o + b_pv) * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
             else:
                 b_o = warpgroup_mma_wait(num_outstanding=0, deps=(o_tok,))
@@ -701,7 +720,7 @@ if HAS_GLUON:
             b_o, p_prev = warpgroup_mma_wait(num_outstanding=0, deps=(o_tok, p_prev))
             mbarrier.arrive(kv_empty.index(sp), count=1)
             b_o = b_o * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
-        return b_o, m_i, l_i, p_next
+        return b_o, m_i, l_i, p_next, beta
 
     @gluon.jit
     def _zero_rows_from(tile, first_row, num_warps: gl.constexpr):
@@ -774,6 +793,7 @@ if HAS_GLUON:
                   stride_o_tok, stride_o_head, stride_lse_head, ROW0: gl.constexpr,
                   ROWS: gl.constexpr, CAUSAL: gl.constexpr, PINGPONG: gl.constexpr, RETURN_LSE: gl.constexpr,
                   ZERO_TAIL: gl.constexpr, FP8: gl.constexpr, P_SCALE_LOG2: gl.constexpr, TWO_LEVEL: gl.constexpr,
+                  P_PER_TILE: gl.constexpr,
                   QUANTIZE_Q: gl.constexpr, Q_MAX: gl.constexpr, num_warps: gl.constexpr, it0=0, turn0=0,
                   q_phase=0, CARRY_F32: gl.constexpr = False, VALID_D: gl.constexpr = 0, q_empty=0,
                   RELEASE_Q: gl.constexpr = False):  # fmt: skip
@@ -811,6 +831,7 @@ if HAS_GLUON:
         p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=INSTR_K_PV // 8)
         row_layout: gl.constexpr = gl.SliceLayout(1, s_layout)
         TWO_LEVEL_PV: gl.constexpr = V_KEY_MAJOR and TWO_LEVEL
+        P_PER_TILE_PV: gl.constexpr = TWO_LEVEL_PV and P_PER_TILE  # P rounded to fp8 and added to O on its own
 
         q_pos = q_tile_start + gl.arange(0, BLOCK_M, layout=row_layout)  # [BM] query position in the sequence
         diagonal = seq_k_len - seq_q_len  # bottom-right alignment: query i lines up with key i + diagonal
@@ -850,13 +871,13 @@ if HAS_GLUON:
         _pass_turn(turns, WG, PINGPONG)
         b_s = warpgroup_mma_wait(num_outstanding=0, deps=(s_tok,))
         if first_full:
-            b_p, m_i, l_i, alpha = _softmax_step(b_s, m_i, l_i, 0, key_shift, q_pos, seq_k_len, diagonal, qk_scale,
-                                                 False, CAUSAL, BLOCK_N, s_layout, QUANTIZE_Q,
-                                                 P_SCALE_LOG2)  # fmt: skip
+            b_p, m_i, l_i, alpha, beta = _softmax_step(b_s, m_i, l_i, 0, key_shift, q_pos, seq_k_len, diagonal,
+                                                       qk_scale, False, CAUSAL, BLOCK_N, s_layout, QUANTIZE_Q,
+                                                       P_SCALE_LOG2, P_PER_TILE_PV)  # fmt: skip
         else:
-            b_p, m_i, l_i, alpha = _softmax_step(b_s, m_i, l_i, 0, key_shift, q_pos, seq_k_len, diagonal, qk_scale,
-                                                 True, CAUSAL, BLOCK_N, s_layout, QUANTIZE_Q,
-                                                 P_SCALE_LOG2)  # fmt: skip
+            b_p, m_i, l_i, alpha, beta = _softmax_step(b_s, m_i, l_i, 0, key_shift, q_pos, seq_k_len, diagonal,
+                                                       qk_scale, True, CAUSAL, BLOCK_N, s_layout, QUANTIZE_Q,
+                                                       P_SCALE_LOG2, P_PER_TILE_PV)  # fmt: skip
         p_prev = _to_p(b_p, v_bufs.dtype, p_layout, CARRY_F32)
         if V_KEY_MAJOR:
             if key_shift > 0:
@@ -865,18 +886,20 @@ if HAS_GLUON:
                 _zero_keys_outside(v_bufs.index(s0), -key_shift, seq_k_len, num_warps)
         # interior blocks: every key visible to every row, no mask
         for j in range(1, num_full):
-            b_o, m_i, l_i, p_prev = _kv_step(j, it0, turn0, q_smem, q_low_smem, k_bufs, v_bufs, k_ready, v_ready,
-                                             kv_empty, turns, s_zero, o_zero, b_o, m_i, l_i, p_prev, key_shift,
-                                             q_pos, seq_k_len, diagonal, qk_scale, False, CAUSAL, s_layout,
-                                             o_layout, p_layout, WG, PINGPONG, V_KEY_MAJOR, P_SCALE_LOG2,
-                                             TWO_LEVEL_PV, QUANTIZE_Q, CARRY_F32, Q_SPLIT)  # fmt: skip
+            b_o, m_i, l_i, p_prev, beta = _kv_step(j, it0, turn0, q_smem, q_low_smem, k_bufs, v_bufs, k_ready,
+                                                   v_ready, kv_empty, turns, s_zero, o_zero, b_o, m_i, l_i, p_prev,
+                                                   beta, key_shift, q_pos, seq_k_len, diagonal, qk_scale, False,
+                                                   CAUSAL, s_layout, o_layout, p_layout, WG, PINGPONG, V_KEY_MAJOR,
+                                                   P_SCALE_LOG2, TWO_LEVEL_PV, P_PER_TILE_PV, QUANTIZE_Q, CARRY_F32,
+                                                   Q_SPLIT)  # fmt: skip
         # blocks on the causal diagonal or past the sequence's last key
         for j in range(gl.maximum(num_full, 1), num_blocks):
-            b_o, m_i, l_i, p_prev = _kv_step(j, it0, turn0, q_smem, q_low_smem, k_bufs, v_bufs, k_ready, v_ready,
-                                             kv_empty, turns, s_zero, o_zero, b_o, m_i, l_i, p_prev, key_shift,
-                                             q_pos, seq_k_len, diagonal, qk_scale, True, CAUSAL, s_layout,
-                                             o_layout, p_layout, WG, PINGPONG, V_KEY_MAJOR, P_SCALE_LOG2,
-                                             TWO_LEVEL_PV, QUANTIZE_Q, CARRY_F32, Q_SPLIT)  # fmt: skip
+            b_o, m_i, l_i, p_prev, beta = _kv_step(j, it0, turn0, q_smem, q_low_smem, k_bufs, v_bufs, k_ready,
+                                                   v_ready, kv_empty, turns, s_zero, o_zero, b_o, m_i, l_i, p_prev,
+                                                   beta, key_shift, q_pos, seq_k_len, diagonal, qk_scale, True,
+                                                   CAUSAL, s_layout, o_layout, p_layout, WG, PINGPONG, V_KEY_MAJOR,
+                                                   P_SCALE_LOG2, TWO_LEVEL_PV, P_PER_TILE_PV, QUANTIZE_Q, CARRY_F32,
+                                                   Q_SPLIT)  # fmt: skip
         last = num_blocks - 1
         s_last = (it0 + last) % STAGES
         mbarrier.wait(v_ready.index(s_last), ((it0 + last) // STAGES) & 1)
@@ -891,7 +914,10 @@ if HAS_GLUON:
         o_tok = _pv_issue(p_prev, _v_operand(v_bufs, s_last, V_KEY_MAJOR), b_o, o_zero, p_layout, TWO_LEVEL_PV,
                           CARRY_F32)  # fmt: skip
         _pass_turn(turns, WG, PINGPONG)
-        if TWO_LEVEL_PV:
+        if P_PER_TILE_PV:
+            b_pv = warpgroup_mma_wait(num_outstanding=0, deps=(o_tok,))
+            b_o = b_o + b_pv * gl.expand_dims(gl.convert_layout(beta, gl.SliceLayout(1, o_layout)), 1)
+        elif TWO_LEVEL_PV:
             b_o = b_o + warpgroup_mma_wait(num_outstanding=0, deps=(o_tok,))
         else:
             b_o = warpgroup_mma_wait(num_outstanding=0, deps=(o_tok,))
@@ -915,7 +941,7 @@ if HAS_GLUON:
             gl.store(p_o, b_out, mask=gl.expand_dims(o_row < seq_q_len, 1))
         if RETURN_LSE:
             m_lse = m_i
-            if P_SCALE_LOG2 != 0:
+            if P_SCALE_LOG2 != 0 and not P_PER_TILE_PV:
                 m_lse = m_i - P_SCALE_LOG2  # l is 2^P_SCALE_LOG2 too large
             lse = gl.where(l_i == 0.0, float("-inf"), (m_lse + gl.log2(l_safe)) * 0.6931471805599453)
             i_tok_r = (seq_q_start + q_pos).to(gl.int64)
@@ -928,14 +954,16 @@ if HAS_GLUON:
                           stride_lse_head,
                           ROW0: gl.constexpr, ROWS: gl.constexpr, CAUSAL: gl.constexpr, PINGPONG: gl.constexpr,
                           RETURN_LSE: gl.constexpr, ZERO_TAIL: gl.constexpr, FP8: gl.constexpr,
-                          P_SCALE_LOG2: gl.constexpr, TWO_LEVEL: gl.constexpr, QUANTIZE_Q: gl.constexpr,
+                          P_SCALE_LOG2: gl.constexpr, TWO_LEVEL: gl.constexpr, P_PER_TILE: gl.constexpr,
+                          QUANTIZE_Q: gl.constexpr,
                           Q_MAX: gl.constexpr, num_warps: gl.constexpr, it0, turn0, q_phase,
                           CARRY_F32: gl.constexpr, VALID_D: gl.constexpr):  # fmt: skip
         # the default partition of gl.warp_specialize must return a tuple
         _consumer(q_tile_smem, k_bufs, v_bufs, q_ready, k_ready, v_ready, kv_empty, turns, q_src, out_ptr, lse_ptr,
                   seq_q_start, seq_q_len, q_tile_start, q_head, seq_k_len, num_blocks, key_shift, qk_scale, out_scale,
                   stride_o_tok, stride_o_head, stride_lse_head, ROW0, ROWS, CAUSAL,
-                  PINGPONG, RETURN_LSE, ZERO_TAIL, FP8, P_SCALE_LOG2, TWO_LEVEL, QUANTIZE_Q, Q_MAX, num_warps, it0,
+                  PINGPONG, RETURN_LSE, ZERO_TAIL, FP8, P_SCALE_LOG2, TWO_LEVEL, P_PER_TILE, QUANTIZE_Q, Q_MAX,
+                  num_warps, it0,
                   turn0, q_phase, CARRY_F32, VALID_D)  # fmt: skip
         return ()
 
@@ -1096,7 +1124,8 @@ if HAS_GLUON:
                              RETURN_LSE: gl.constexpr, ZERO_TAIL: gl.constexpr, PAGED: gl.constexpr,
                              PAGE_SIZE: gl.constexpr, HAS_SEQUSED: gl.constexpr, SEQ_FILTER: gl.constexpr,
                              DECODE_MAX_Q: gl.constexpr, FP8: gl.constexpr, P_SCALE_LOG2: gl.constexpr,
-                             TWO_LEVEL: gl.constexpr, QUANTIZE_Q: gl.constexpr, Q_MAX: gl.constexpr,
+                             TWO_LEVEL: gl.constexpr, P_PER_TILE: gl.constexpr, QUANTIZE_Q: gl.constexpr,
+                             Q_MAX: gl.constexpr,
                              HAS_Q_DESCALE: gl.constexpr, HAS_K_DESCALE: gl.constexpr, HAS_V_DESCALE: gl.constexpr,
                              num_warps: gl.constexpr, CARRY_F32: gl.constexpr, VALID_D: gl.constexpr, seq_known=0,
                              SEQ_KNOWN: gl.constexpr = False):  # fmt: skip
@@ -1131,7 +1160,7 @@ if HAS_GLUON:
                           q_tile_src, out_ptr, lse_ptr, seq_q_start, seq_q_len, q_tile_start, q_head, seq_k_len,
                           num_blocks, key_shift, qk_scale, out_scale, stride_o_tok,
                           stride_o_head, stride_lse_head, ROW0, ROWS, CAUSAL, PINGPONG, RETURN_LSE, ZERO_TAIL,
-                          FP8, P_SCALE_LOG2, TWO_LEVEL, QUANTIZE_Q, Q_MAX, num_warps, it, it + items,
+                          FP8, P_SCALE_LOG2, TWO_LEVEL, P_PER_TILE, QUANTIZE_Q, Q_MAX, num_warps, it, it + items,
                           (items // Q_BUFS) & 1, CARRY_F32, VALID_D, q_empty.index(qb), QUANTIZE_Q)  # fmt: skip
                 if not QUANTIZE_Q:  # (QUANTIZE_Q: handed back once rounded, in _consumer)
                     mbarrier.arrive(q_empty.index(qb), count=1)  # this warpgroup's QK wgmmas are done with it
@@ -1150,7 +1179,8 @@ if HAS_GLUON:
                              RETURN_LSE: gl.constexpr, ZERO_TAIL: gl.constexpr, PAGED: gl.constexpr,
                              PAGE_SIZE: gl.constexpr, HAS_SEQUSED: gl.constexpr, SEQ_FILTER: gl.constexpr,
                              DECODE_MAX_Q: gl.constexpr, FP8: gl.constexpr, P_SCALE_LOG2: gl.constexpr,
-                             TWO_LEVEL: gl.constexpr, QUANTIZE_Q: gl.constexpr, Q_MAX: gl.constexpr,
+                             TWO_LEVEL: gl.constexpr, P_PER_TILE: gl.constexpr, QUANTIZE_Q: gl.constexpr,
+                             Q_MAX: gl.constexpr,
                              HAS_Q_DESCALE: gl.constexpr, HAS_K_DESCALE: gl.constexpr, HAS_V_DESCALE: gl.constexpr,
                              num_warps: gl.constexpr, CARRY_F32: gl.constexpr, VALID_D: gl.constexpr, sched_ptr,
                              work_ids, work_ready, work_empty, DYNAMIC: gl.constexpr):  # fmt: skip
@@ -1170,7 +1200,8 @@ if HAS_GLUON:
                     stride_o_tok, stride_o_head, stride_lse_head, stride_qdesc_seq,
                     stride_qdesc_head, stride_kdesc_seq, stride_kdesc_head, stride_vdesc_seq, stride_vdesc_head,
                     n_tile_slots, num_q_heads, GROUP, ROW0, ROWS, CAUSAL, PINGPONG, RETURN_LSE, ZERO_TAIL, PAGED,
-                    PAGE_SIZE, HAS_SEQUSED, SEQ_FILTER, DECODE_MAX_Q, FP8, P_SCALE_LOG2, TWO_LEVEL, QUANTIZE_Q, Q_MAX,
+                    PAGE_SIZE, HAS_SEQUSED, SEQ_FILTER, DECODE_MAX_Q, FP8, P_SCALE_LOG2, TWO_LEVEL, P_PER_TILE,
+                    QUANTIZE_Q, Q_MAX,
                     HAS_Q_DESCALE, HAS_K_DESCALE, HAS_V_DESCALE, num_warps, CARRY_F32, VALID_D, seq, True)  # fmt: skip
                 taken += 1
                 work, seq = _take_work(work_ids, work_ready, work_empty, taken, num_warps)
@@ -1182,7 +1213,8 @@ if HAS_GLUON:
                     stride_o_tok, stride_o_head, stride_lse_head, stride_qdesc_seq,
                     stride_qdesc_head, stride_kdesc_seq, stride_kdesc_head, stride_vdesc_seq, stride_vdesc_head,
                     n_tile_slots, num_q_heads, GROUP, ROW0, ROWS, CAUSAL, PINGPONG, RETURN_LSE, ZERO_TAIL, PAGED,
-                    PAGE_SIZE, HAS_SEQUSED, SEQ_FILTER, DECODE_MAX_Q, FP8, P_SCALE_LOG2, TWO_LEVEL, QUANTIZE_Q, Q_MAX,
+                    PAGE_SIZE, HAS_SEQUSED, SEQ_FILTER, DECODE_MAX_Q, FP8, P_SCALE_LOG2, TWO_LEVEL, P_PER_TILE,
+                    QUANTIZE_Q, Q_MAX,
                     HAS_Q_DESCALE, HAS_K_DESCALE, HAS_V_DESCALE, num_warps, CARRY_F32, VALID_D)  # fmt: skip
 
     @gluon.jit
@@ -1197,7 +1229,8 @@ if HAS_GLUON:
                                      RETURN_LSE: gl.constexpr, ZERO_TAIL: gl.constexpr, PAGED: gl.constexpr,
                                      PAGE_SIZE: gl.constexpr, HAS_SEQUSED: gl.constexpr, SEQ_FILTER: gl.constexpr,
                                      DECODE_MAX_Q: gl.constexpr, FP8: gl.constexpr, P_SCALE_LOG2: gl.constexpr,
-                                     TWO_LEVEL: gl.constexpr, QUANTIZE_Q: gl.constexpr, Q_MAX: gl.constexpr,
+                                     TWO_LEVEL: gl.constexpr, P_PER_TILE: gl.constexpr, QUANTIZE_Q: gl.constexpr,
+                                     Q_MAX: gl.constexpr,
                                      HAS_Q_DESCALE: gl.constexpr, HAS_K_DESCALE: gl.constexpr,
                                      HAS_V_DESCALE: gl.constexpr, num_warps: gl.constexpr,
                                      CARRY_F32: gl.constexpr, VALID_D: gl.constexpr, sched_ptr, work_ids,
@@ -1209,7 +1242,7 @@ if HAS_GLUON:
                              stride_qdesc_seq, stride_qdesc_head, stride_kdesc_seq, stride_kdesc_head,
                              stride_vdesc_seq, stride_vdesc_head, n_tile_slots, num_q_heads, GROUP, ROW0, ROWS, CAUSAL,
                              PINGPONG, RETURN_LSE, ZERO_TAIL, PAGED, PAGE_SIZE, HAS_SEQUSED, SEQ_FILTER,
-                             DECODE_MAX_Q, FP8, P_SCALE_LOG2, TWO_LEVEL, QUANTIZE_Q, Q_MAX, HAS_Q_DESCALE,
+                             DECODE_MAX_Q, FP8, P_SCALE_LOG2, TWO_LEVEL, P_PER_TILE, QUANTIZE_Q, Q_MAX, HAS_Q_DESCALE,
                              HAS_K_DESCALE, HAS_V_DESCALE, num_warps, CARRY_F32, VALID_D, sched_ptr, work_ids,
                              work_ready, work_empty, DYNAMIC)  # fmt: skip
         return ()
@@ -1286,6 +1319,9 @@ if HAS_GLUON:
         FP8: gl.constexpr,  # fp8 K and V (V key-major), fp8 dots
         P_SCALE_LOG2: gl.constexpr,  # FP8: log2 of P's factor before its cast (tritonfa.fp8.p_scale); else 0
         TWO_LEVEL: gl.constexpr,  # FP8: each block's P@V added to O in fp32
+        # FP8 with TWO_LEVEL and key-major V: P taken relative to each block's row max at fp8's max (the fp8 error
+        # study's (b)); each block's P@V and row sum join O and l scaled by one fp32 factor per row
+        P_PER_TILE: gl.constexpr,
         QUANTIZE_Q: gl.constexpr,  # FP8 with a 16-bit q: rounded to fp8 here, per row
         Q_MAX: gl.constexpr,  # QUANTIZE_Q: the largest |q| after its row scale
         Q_SPLIT: gl.constexpr,  # QUANTIZE_Q as two fp8 terms (hi, then the rest), stacked in a Q tile of 2 BLOCK_M rows
@@ -1388,6 +1424,7 @@ if HAS_GLUON:
                         stride_qdesc_head, stride_kdesc_seq, stride_kdesc_head, stride_vdesc_seq, stride_vdesc_head,
                         n_tile_slots, num_q_heads, GROUP, FIRST, HALF, CAUSAL, PINGPONG, RETURN_LSE, ZERO_TAIL,
                         PAGED, PAGE_SIZE, HAS_SEQUSED, SEQ_FILTER, DECODE_MAX_Q, FP8, P_SCALE_LOG2, TWO_LEVEL,
+                        P_PER_TILE,
                         QUANTIZE_Q, Q_MAX, HAS_Q_DESCALE, HAS_K_DESCALE, HAS_V_DESCALE, num_warps, P_CARRY_F32,
                         VALID_D, sched_ptr, work_ids, work_ready, work_empty, DYNAMIC)),
                     (_consumer_persistent, (
@@ -1398,6 +1435,7 @@ if HAS_GLUON:
                         stride_qdesc_head, stride_kdesc_seq, stride_kdesc_head, stride_vdesc_seq, stride_vdesc_head,
                         n_tile_slots, num_q_heads, GROUP, HALF, HALF, CAUSAL, PINGPONG, RETURN_LSE, ZERO_TAIL,
                         PAGED, PAGE_SIZE, HAS_SEQUSED, SEQ_FILTER, DECODE_MAX_Q, FP8, P_SCALE_LOG2, TWO_LEVEL,
+                        P_PER_TILE,
                         QUANTIZE_Q, Q_MAX, HAS_Q_DESCALE, HAS_K_DESCALE, HAS_V_DESCALE, num_warps, P_CARRY_F32,
                         VALID_D, sched_ptr, work_ids, work_ready, work_empty, DYNAMIC)),
                     (_producer_persistent, (
@@ -1424,7 +1462,8 @@ if HAS_GLUON:
                           v_cols_per_head, stride_qdesc_seq, stride_qdesc_head, stride_kdesc_seq, stride_kdesc_head,
                           stride_vdesc_seq, stride_vdesc_head, GROUP, CAUSAL, PINGPONG, RETURN_LSE, PAGED,
                           PAGE_SIZE, PAGED_TMA, BLOCK_N, HAS_SEQUSED, SEQ_FILTER, DECODE_MAX_Q, STAGES, FP8,
-                          P_SCALE_LOG2, TWO_LEVEL, QUANTIZE_Q, Q_MAX, HAS_Q_DESCALE, HAS_K_DESCALE, HAS_V_DESCALE,
+                          P_SCALE_LOG2, TWO_LEVEL, P_PER_TILE, QUANTIZE_Q, Q_MAX, HAS_Q_DESCALE, HAS_K_DESCALE,
+                          HAS_V_DESCALE,
                           P_CARRY_F32, num_warps, VALID_D, Q_ROWS)  # fmt: skip
 
     @gluon.jit
@@ -1439,7 +1478,7 @@ if HAS_GLUON:
                       RETURN_LSE: gl.constexpr, PAGED: gl.constexpr, PAGE_SIZE: gl.constexpr,
                       PAGED_TMA: gl.constexpr, BLOCK_N: gl.constexpr, HAS_SEQUSED: gl.constexpr,
                       SEQ_FILTER: gl.constexpr, DECODE_MAX_Q: gl.constexpr, STAGES: gl.constexpr,
-                      FP8: gl.constexpr, P_SCALE_LOG2: gl.constexpr, TWO_LEVEL: gl.constexpr,
+                      FP8: gl.constexpr, P_SCALE_LOG2: gl.constexpr, TWO_LEVEL: gl.constexpr, P_PER_TILE: gl.constexpr,
                       QUANTIZE_Q: gl.constexpr, Q_MAX: gl.constexpr, HAS_Q_DESCALE: gl.constexpr,
                       HAS_K_DESCALE: gl.constexpr, HAS_V_DESCALE: gl.constexpr, P_CARRY_F32: gl.constexpr,
                       num_warps: gl.constexpr, VALID_D: gl.constexpr, Q_ROWS: gl.constexpr):  # fmt: skip
@@ -1516,13 +1555,13 @@ if HAS_GLUON:
                                              seq_k_len, num_blocks, key_shift, qk_scale, out_scale,
                                              stride_o_tok, stride_o_head, stride_lse_head, FIRST,
                                              HALF, CAUSAL, PINGPONG, RETURN_LSE, ZERO_TAIL, FP8, P_SCALE_LOG2,
-                                             TWO_LEVEL, QUANTIZE_Q, Q_MAX, num_warps, 0, 0, 0, P_CARRY_F32,
+                                             TWO_LEVEL, P_PER_TILE, QUANTIZE_Q, Q_MAX, num_warps, 0, 0, 0, P_CARRY_F32,
                                              VALID_D)),
                         (_consumer, (q_smem, k_bufs, v_bufs, q_ready, k_ready, v_ready, kv_empty, turns, q_stage,
                                      out_ptr, lse_ptr, seq_q_start, seq_q_len, q_tile_start, q_head, seq_k_len,
                                      num_blocks, key_shift, qk_scale, out_scale,
                                      stride_o_tok, stride_o_head, stride_lse_head, HALF, HALF, CAUSAL, PINGPONG,
-                                     RETURN_LSE, ZERO_TAIL, FP8, P_SCALE_LOG2, TWO_LEVEL, QUANTIZE_Q, Q_MAX,
+                                     RETURN_LSE, ZERO_TAIL, FP8, P_SCALE_LOG2, TWO_LEVEL, P_PER_TILE, QUANTIZE_Q, Q_MAX,
                                      num_warps, 0, 0, 0, P_CARRY_F32, VALID_D)),
                         (_producer, (q16_desc, k_desc, v_desc, q_stage, k_bufs, v_bufs, v_stage, q_ready, k_ready,
                                      v_ready, kv_empty, seq_q_start + q_tile_start, q_head * VALID_D,
@@ -1566,7 +1605,7 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
                         paged_tma: bool = False, persistent_programs: int = 0,
                         p_carry_f32: bool = False, block_n: int = 0, dynamic: bool = False,
                         fp8_v16: bool = False, q_split: bool = False,
-                        fp8_v16_contiguous: bool = False):  # fmt: skip
+                        fp8_v16_contiguous: bool = False, p_per_tile: bool = False):  # fmt: skip
     """(kernel, grid, args, constexprs, options) of one warp-specialized prefill launch; `supports` must hold.
 
     fp8 K/V: V is read from its key-major copy (`key_major_v`, made here); quantize_q rounds a 16-bit q to K's fp8
@@ -1582,6 +1621,8 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
     (`supports`' widen_k): K and V, paged or contiguous, are gathered and widened to q's type and fp16, both wgmmas
     16-bit. q_split (with quantize_q): q as two fp8 terms, QK as two fp8 wgmmas into one accumulator.
     fp8_v16_contiguous: contiguous fp8 K/V are gathered and V widened as fp8_v16 does for pages (no key-major copy).
+    p_per_tile (with two_level, where P meets key-major fp8 V): P scaled per (row, key block) to fp8's max, the fp8
+    error study's (b), instead of the fixed power of two.
     """
     total_q, num_q_heads, valid_d = q.shape
     head_dim = tile_head_dim(valid_d)  # the tiles' D; a smaller head size is padded (supports' pad_head_dim)
@@ -1697,6 +1738,7 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
         # P's factor for an fp8 P@V's range (a 16-bit P@V needs none)
         P_SCALE_LOG2=int(math.log2(p_scale(v.dtype))) if fp8 and not widened_v else 0,
         TWO_LEVEL=two_level,
+        P_PER_TILE=p_per_tile and two_level and fp8 and not widened_v,
         QUANTIZE_Q=quantize_q,
         Q_MAX=fp8_max(k.dtype) if quantize_q else 0.0,
         Q_SPLIT=q_split,
