@@ -9,10 +9,12 @@
 Backends: CUSTOM (tritonfa), FLASH_ATTN (FA3 on Hopper), TRITON_ATTN (vLLM's unified Triton kernel).
 Modes (vLLM settings; what each backend then computes):
   bf16    kv_cache_dtype=auto                    all: bf16 q/k/v, 16-bit P
-  fp8kv   kv_cache_dtype=fp8, q left in bf16     CUSTOM: fp8 K/V, fp8 P (2^k scale); TRITON_ATTN: K/V dequantized,
-          (vLLM's query quantization disabled)   bf16 P; FLASH_ATTN: FA3 wants an fp8 q there (expect an error)
-  fp8qkv  kv_cache_dtype=fp8 (vLLM's default on  CUSTOM: fp8 q/k/v + fp8 P (2^k); FLASH_ATTN: FA3 fp8 (P scaled
-          CUDA: q quantized with layer._q_scale)  by 2^8); TRITON_ATTN: fp8 q/k/v, P cast to fp8 unscaled
+  fp8kv   kv_cache_dtype=fp8, q left in bf16     CUSTOM: fp8 K/V (Hopper: widened to bf16 once per prefill, bf16
+          (vLLM's query quantization disabled)   P; elsewhere fp8 P scaled per key block); TRITON_ATTN: K/V
+                                                 dequantized, bf16 P; FLASH_ATTN: FA3 wants an fp8 q (expect an error)
+  fp8qkv  kv_cache_dtype=fp8 (vLLM's default on  CUSTOM: fp8 q/k/v (Hopper's causal prefill: V widened, fp16 P;
+          CUDA: q quantized with layer._q_scale)  elsewhere fp8 P per key block); FLASH_ATTN: FA3 fp8 (P scaled by
+                                                 2^8); TRITON_ATTN: fp8 q/k/v, P cast to fp8 unscaled
 Scales: the checkpoint's, else vLLM's default 1.0 (pass --engine-arg calculate_kv_scales=true to compute them).
 
 Tasks (default, `accuracy/lm_eval_tasks/`): `tritonfa_stdlib_ppl` (held-out perplexity, loglikelihood_rolling:

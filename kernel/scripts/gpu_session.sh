@@ -25,6 +25,12 @@
 #                          fp8_error_table.{md,json} into RESULTS_DIR (exit status in fp8_study.rc)
 #   mask-cost              bounds on vs off (kernel/scripts/mask_cost.py, MASK_COST_ROUNDS rounds, default 3;
 #                          MASK_COST_CONFIG: TRITONFA_CONFIG for it)
+#   lm-eval                issue 16's accuracy run: trains the suite's small model (accuracy/train_tiny_llama.py,
+#                          seed 0, if accuracy/models/tiny-llama-s0 is missing; its train_info.json into RESULTS_DIR),
+#                          then accuracy/run_lm_eval.py (CUSTOM / FLASH_ATTN / TRITON_ATTN x bf16 / fp8kv / fp8qkv;
+#                          lm-eval if it imports, else --engine native) into RESULTS_DIR/lm_eval; vLLM from
+#                          PEER_PYTHONPATH once PEER_READY exists; killed after LM_EVAL_TIMEOUT seconds (default 1200)
+#   lm-eval:ARGS           the same with ARGS ('+' for ' ') passed to run_lm_eval.py, e.g. lm-eval:--backends+CUSTOM
 #   verify                 GPU test suite, memcheck, benchmark (gpu_verify.sh; PEER_PYTHONPATH / PEER_READY;
 #                          VERIFY_PARTS picks and orders them, default "suite memcheck bench")
 #   verify:PARTS           the same with PARTS ('+'-separated, e.g. verify:bench or verify:suite+memcheck)
@@ -118,6 +124,26 @@ export PYTHONPATH="$PWD/kernel/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=
         parts="${step#vllm:}"
         VLLM_STEPS="${parts//+/ }" PYTHONPATH="${PEER_PYTHONPATH:+$PEER_PYTHONPATH:}$PYTHONPATH" \
         bash integration/scripts/gpu_session.sh "$out" "${PEER_READY:-}" ;;
+      lm-eval | lm-eval:*)
+        args=""
+        [ "$step" = lm-eval ] || args="${step#lm-eval:}"
+        if [ -n "${PEER_PYTHONPATH:-}" ]; then
+          for _ in $(seq "${PEER_WAIT_S:-120}"); do [ -z "${PEER_READY:-}" ] || [ -e "$PEER_READY" ] && break; sleep 1; done
+        fi
+        model=accuracy/models/tiny-llama-s0
+        (
+          export PYTHONPATH="${PEER_PYTHONPATH:+$PEER_PYTHONPATH:}$PYTHONPATH"
+          if [ ! -e "$model/model.safetensors" ]; then
+            python3 accuracy/train_tiny_llama.py --out "$model" --seed 0 2>&1 | tee "$out/train_tiny_llama.log" |
+              tail -n 5
+          fi
+          cp "$model/train_info.json" "$out/" 2>/dev/null
+          engine=lm-eval
+          python3 -c "import lm_eval" 2>/dev/null || engine=native
+          # shellcheck disable=SC2086  # ARGS are words
+          timeout -s KILL "${LM_EVAL_TIMEOUT:-1200}" python3 accuracy/run_lm_eval.py --model "$model" \
+            --engine "$engine" --out "$out/lm_eval" ${args//+/ } 2>&1 | tee "$out/lm_eval.log" | tail -n 30
+        ) ;;
       asv | asv:*)
         args="--budget-s ${ASV_BUDGET_S:-540}"
         [ "$step" = asv ] || args="${step#asv:}"
