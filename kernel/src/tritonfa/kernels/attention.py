@@ -378,8 +378,8 @@ def attention_fwd_kernel(
     V_TMA: tl.constexpr,  # V through v_desc too (with V_KEY_MAJOR: a descriptor of the key-major copy)
     K_ROWS: tl.constexpr,  # pointer loads of K as [BN, BD] rows (like V) instead of [BD, BN]
     # paged pointer loads: block ids fetched a step ahead, so a step's K/V addresses wait on no load of that step
-    # (H200: paged prefill 1.26 -> 1.11 ms); 16-bit decode tiles lost 70% with it (session 3: the deeper pipeline it
-    # gives costs a program per SM) and load in the step
+    # (H200: paged prefill 1.26 -> 1.11 ms); 16-bit decode tiles lost 70% with it (session 3; likely the shared
+    # memory of the deeper pipeline it gives: one program per SM) and load in the step
     PREFETCH_BLOCK_IDS: tl.constexpr,
     HAS_SEQUSED: tl.constexpr,
     USE_WINDOW: tl.constexpr,
