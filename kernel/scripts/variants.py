@@ -103,11 +103,14 @@ DECODE_VARIANTS = {
     # deeper K/V pipelines: an fp8 stage is half a 16-bit one's bytes, so fp8 decode keeps fewer bytes in flight
     "s6": {"num_stages": 6},
     # paged fp8 decode: block ids a step ahead (sm_90 D 128: K/V buffers 1 -> 3, 106 KB, 255 registers, 0 spills)
-    "prefetch-fp8-ids": {"decode_prefetch_fp8_ids": True},
-    "prefetch-fp8-ids-s3": {"decode_prefetch_fp8_ids": True, "num_stages": 3},
+    "prefetch-fp8-ids": {"decode_prefetch_ids": "fp8"},
+    "prefetch-fp8-ids-s3": {"decode_prefetch_ids": "fp8", "num_stages": 3},
     # the same in 64-key blocks: 168 registers (3 programs per SM), s5: 4 buffers, 72 KB
-    "prefetch-fp8-ids-bn64-s5": {"decode_prefetch_fp8_ids": True, "block_n": 64, "num_stages": 5},
-    "prefetch-fp8-ids-bn64-s4": {"decode_prefetch_fp8_ids": True, "block_n": 64, "num_stages": 4},
+    "prefetch-fp8-ids-bn64-s5": {"decode_prefetch_ids": "fp8", "block_n": 64, "num_stages": 5},
+    "prefetch-fp8-ids-bn64-s4": {"decode_prefetch_ids": "fp8", "block_n": 64, "num_stages": 4},
+    # 16-bit paged decode (sm_90 D 128): 64-key blocks, 3 stages: 2 buffers, 72 KB, 144 registers (3 programs per SM:
+    # 192 KB in flight per SM against 2 x 64 KB now)
+    "prefetch-ids-bn64-s3": {"decode_prefetch_ids": True, "block_n": 64, "num_stages": 3},
     "bn256-s3": {"block_n": 256, "num_stages": 3},
     # fewer registers per program (sm_90, fp8-KV decode tile 16 x 128 x 4 slots: 255 registers, 2 programs per SM, half
     # the bf16 decode's bytes in flight): 32-key blocks take 168 (3 programs) with 8-10 slots, 64-key ones 190-214

@@ -210,11 +210,11 @@ def test_eager_calls_skip_the_dispatcher_and_compile_traces_the_op(monkeypatch):
 @pytest.mark.parametrize("kv_dtype", OCP_FP8_DTYPES)  # Hopper's fp8 types
 @pytest.mark.parametrize("tile", [{}, {"block_n": 64, "num_stages": 5}])
 def test_paged_fp8_decode_with_block_ids_a_step_ahead(monkeypatch, kv_dtype, tile):
-    """Opt-in `decode_prefetch_fp8_ids`: paged fp8 decode tiles load the next step's block ids in this step. The last
-    step's look-ahead points past the sequence (masked), a context shorter than one key block has no second step,
-    and the unused page slots are NaN; 16-bit caches keep the in-step load."""
+    """Opt-in `decode_prefetch_ids` "fp8": paged fp8 decode tiles load the next step's block ids in this step. The
+    last step's look-ahead points past the sequence (masked), a context shorter than one key block has no second
+    step, and the unused page slots are NaN; 16-bit caches keep the in-step load unless the setting is True."""
     monkeypatch.setenv("TRITONFA_ARCH", "hopper")
-    monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"decode_prefetch_fp8_ids": True, **tile}}))
+    monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"decode_prefetch_ids": "fp8", **tile}}))
     seqlens_q = [1, 1, 4, 1]
     seqlens_k = [scaled(300, 3000), 17, scaled(129, 1025), 1]
     inputs = make_inputs(seqlens_q, seqlens_k, num_heads=(8, 2), head_size=128, kv_dtype=kv_dtype,
@@ -224,3 +224,7 @@ def test_paged_fp8_decode_with_block_ids_a_step_ahead(monkeypatch, kv_dtype, til
     check_low_precision(inputs, causal=True)
     sixteen = make_inputs(seqlens_q, seqlens_k, num_heads=(8, 2), head_size=128, kv_layout="paged")
     assert not _plan(sixteen, "hopper")[0].constexprs["PREFETCH_BLOCK_IDS"]
+    monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"decode_prefetch_ids": True, **tile}}))
+    assert _plan(sixteen, "hopper")[0].constexprs["PREFETCH_BLOCK_IDS"]
+    atol, rtol = TOLERANCES[torch.bfloat16]
+    check_against_reference(sixteen, atol, rtol, causal=True)

@@ -39,11 +39,12 @@ class AttentionConfig:
     fp8_q_for_fp8_kv: bool = False  # opt-in: a 16-bit q with an fp8 KV cache is rounded to fp8 (per-row scale)
     tma_key_major_v: bool = False  # with tma: fp8 V's key-major copy through a descriptor too (Hopper: on)
     k_rows: bool = False  # pointer loads of K as rows like V (paged prefill: fewer address instructions; unmeasured)
-    # paged decode tiles with an fp8 cache fetch the block ids a step ahead, as prefill tiles always do: the K/V
-    # loads then depend on no load of their own step and Triton's pipeliner keeps num_stages - 1 buffers instead
-    # of (num_stages - 1) // 2 (sm_90, D 128, 4 stages: 1 -> 3 buffers, 41 -> 106 KB, 255 registers, 0 spills).
-    # Opt-in until measured (16-bit tiles would hold 3 x 64 KB: one program per SM)
-    decode_prefetch_fp8_ids: bool = False
+    # paged decode tiles fetch the block ids a step ahead, as prefill tiles always do: the K/V loads then depend on
+    # no load of their own step and Triton's pipeliner keeps num_stages - 1 buffers instead of (num_stages - 1) // 2
+    # (sm_90, D 128: fp8 128-key blocks, 4 stages: 1 -> 3 buffers, 106 KB, 255 registers; bf16 64-key blocks, 3
+    # stages: 2 buffers, 72 KB, 144 registers: three programs per SM). "fp8": fp8 caches only; True: every cache.
+    # Opt-in until measured (16-bit 128-key tiles with 4 stages would hold 3 x 64 KB: one program per SM)
+    decode_prefetch_ids: bool | str = False
     # Hopper prefill: calls the warp-specialized Gluon kernel covers (kernels/attention_hopper.py) go there
     warp_specialized: bool = False
     ws_pingpong: bool = True  # with warp_specialized: the two consumer warpgroups alternate their matmuls (FA3)

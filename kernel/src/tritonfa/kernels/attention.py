@@ -1089,7 +1089,11 @@ def _plan_launch(
         K_ROWS=config.k_rows and not use_tma,
         PREFETCH_BLOCK_IDS=paged
         and not use_tma
-        and (config.block_m >= 64 or (config.decode_prefetch_fp8_ids and k.element_size() == 1)),
+        and (
+            config.block_m >= 64
+            or config.decode_prefetch_ids is True
+            or (config.decode_prefetch_ids == "fp8" and k.element_size() == 1)
+        ),
         HAS_SEQUSED=seqused_k is not None,
         USE_WINDOW=window_left >= 0 or window_right >= 0,
         HAS_SOFTCAP=softcap > 0.0,
