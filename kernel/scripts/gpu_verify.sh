@@ -18,8 +18,10 @@ for part in ${VERIFY_PARTS:-suite memcheck bench}; do
     echo "== kernel tests on the GPU"
     # -v names each failure as it happens and failures.log keeps its traceback at once, so a run cut off by a time
     # limit still says what failed and why; a test past SUITE_TEST_TIMEOUT seconds (default 240: a hung kernel)
-    # fails alone, and the whole suite is killed after SUITE_TIMEOUT seconds (default 1200)
+    # fails alone, and the whole suite is killed after SUITE_TIMEOUT seconds (default 1200); SUITE_K: only the tests
+    # pytest's -k SUITE_K selects (a part of the suite when device time is short, e.g. "fp8 or paged")
     TRITONFA_FAILURES_LOG="$out/failures.log" timeout -s KILL "${SUITE_TIMEOUT:-1200}" python3 -m pytest tests/kernel \
+      ${SUITE_K:+-k "$SUITE_K"} \
       --device cuda -n 16 -v --tb=short -p no:cacheprovider -rfE --timeout "${SUITE_TEST_TIMEOUT:-240}" \
       --timeout-method thread 2>&1 | tee "$out/gpu_tests.log" | grep -E "FAILED|ERROR|passed|failed" | tail -n 40
     ;;
