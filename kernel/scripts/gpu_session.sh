@@ -21,6 +21,9 @@
 #   profile:ONLY:VARIANTS  the same for ONLY workloads and VARIANTS ('+' for ',')
 #   launch-hostcost        host time per launcher call (kernel/scripts/launch_hostcost.py; first in a chain: it needs
 #                          an idle host) into launch_hostcost.log
+#   first-call             where a workload's first call goes, empty Triton cache, fresh process per workload
+#                          (kernel/scripts/first_call.py: compile stages vs the rest; issue 11 asks <= 5 s); early in a
+#                          chain, while the host is idle; first_call.json into RESULTS_DIR
 #   fp8-study              the fp8 error study on the GPU (accuracy/fp8_error_study.py --device cuda): its log and
 #                          fp8_error_table.{md,json} into RESULTS_DIR (exit status in fp8_study.rc)
 #   mask-cost              bounds on vs off (kernel/scripts/mask_cost.py, MASK_COST_ROUNDS rounds, default 3;
@@ -99,6 +102,7 @@ export PYTHONPATH="$PWD/kernel/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=
           --only "${only//+/,}" --variants "${variants//+/,}" 2>&1 | tail -n 20 ;;
       launch-hostcost) timeout -s KILL 300 python3 kernel/scripts/launch_hostcost.py 2>&1 |
         tee "$out/launch_hostcost.log" ;;
+      first-call) timeout -s KILL 300 python3 kernel/scripts/first_call.py --out "$out" 2>&1 | tail -n 12 ;;
       fp8-study)
         timeout -s KILL 600 python3 accuracy/fp8_error_study.py --device cuda --out-dir "$out" 2>&1 |
           tee "$out/fp8_study.log" | tail -n 12

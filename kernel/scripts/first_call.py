@@ -1,0 +1,106 @@
+"""Where a workload's first call goes (issue 11: a new config's first call compiles in <= 5 s).
+
+Each workload runs in a fresh process with an empty Triton cache (`TRITON_CACHE_DIR` in a temporary folder), as a
+user's first call after installing would: the first call timed whole, with cProfile's split into Triton's
+compilation stages (front end, TTIR/TTGIR passes, LLVM IR, PTX, ptxas), the rest of `triton.compile` (cache writes,
+the launcher), and everything else (planning, allocation, the launch itself); then a second call of the same shape
+(no compilation: should be milliseconds).
+
+    python kernel/scripts/first_call.py [--only prefill-b8x2048-causal,fp8kv-prefill] [--out DIR]
+
+GPU only. One line per workload, and `first_call.json` in --out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import json
+import os
+import pstats
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+# cProfile function names (file suffix, function) -> stage
+STAGES = {
+    "front end": ("compiler/code_generator.py", "ast_to_ttir"),
+    "TTIR": ("backends/nvidia/compiler.py", "make_ttir"),
+    "TTGIR": ("backends/nvidia/compiler.py", "make_ttgir"),
+    "Gluon TTGIR": ("backends/nvidia/compiler.py", "gluon_to_ttgir"),
+    "LLVM IR": ("backends/nvidia/compiler.py", "make_llir"),
+    "PTX": ("backends/nvidia/compiler.py", "make_ptx"),
+    "ptxas": ("backends/nvidia/compiler.py", "make_cubin"),
+    "triton.compile": ("compiler/compiler.py", "compile"),
+}
+
+
+def measure(name: str) -> dict:
+    """In this (fresh) process: the first and second call of workload `name`, with the first one's profile."""
+    import torch
+
+    from tritonfa.bench.cases import make_case
+    from tritonfa.bench.peers import prepare
+    from tritonfa.bench.workloads import WORKLOADS
+
+    workload = next(w for w in WORKLOADS if w.name == name)
+    device = torch.device("cuda")
+    torch.zeros(1, device=device)  # the CUDA context first: not part of any kernel's first call
+    prepared = prepare("tritonfa", make_case(workload, device))
+    profile = cProfile.Profile()
+    start = time.perf_counter()
+    profile.enable()
+    prepared.run()
+    torch.cuda.synchronize()
+    profile.disable()
+    first = time.perf_counter() - start
+    start = time.perf_counter()
+    prepared.run()
+    torch.cuda.synchronize()
+    second = time.perf_counter() - start
+    stats = pstats.Stats(profile).stats  # (file, line, function) -> (calls, _, tottime, cumtime, callers)
+    stages = {}
+    for stage, (suffix, function) in STAGES.items():
+        stages[stage] = sum(
+            value[3] for (path, _, fn), value in stats.items() if fn == function and path.endswith(suffix)
+        )
+    return dict(workload=name, first_s=first, second_s=second, stages_s=stages)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--only", default="prefill-b8x2048-causal,fp8kv-prefill-b8x2048-causal,decode-b64x2048-paged")
+    parser.add_argument("--out", default=".")
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.worker:
+        print(json.dumps(measure(args.worker)))
+        return 0
+    rows = []
+    for name in (n for n in args.only.split(",") if n):
+        with tempfile.TemporaryDirectory() as cache:
+            env = {**os.environ, "TRITON_CACHE_DIR": cache}
+            done = subprocess.run([sys.executable, __file__, "--worker", name], env=env, capture_output=True, text=True)
+        if done.returncode != 0:
+            print(f"{name}: failed\n{done.stderr[-2000:]}")
+            continue
+        row = json.loads(done.stdout.strip().splitlines()[-1])
+        rows.append(row)
+        stages = row["stages_s"]
+        parts = " ".join(f"{k} {v:.2f}" for k, v in stages.items() if k != "triton.compile")
+        other = row["first_s"] - stages["triton.compile"]
+        print(
+            f"{name:<40} first {row['first_s']:.2f} s (triton.compile {stages['triton.compile']:.2f}: {parts}; "
+            f"other {other:.2f}) second {row['second_s'] * 1e3:.1f} ms",
+            flush=True,
+        )
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "first_call.json").write_text(json.dumps(rows, indent=1) + "\n")
+    return 0 if rows else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
