@@ -222,9 +222,14 @@ def test_paged_fp8_decode_with_block_ids_a_step_ahead(monkeypatch, kv_dtype, til
     [decode] = _plan(inputs, "hopper")
     assert decode.constexprs["BLOCK_M"] < 64 and decode.constexprs["PREFETCH_BLOCK_IDS"]
     check_low_precision(inputs, causal=True)
+    split, _combine = _plan(inputs, "hopper", num_splits=3)
+    assert split.constexprs["SPLIT_KV"] and split.constexprs["PREFETCH_BLOCK_IDS"]
+    check_low_precision(inputs, causal=True, num_splits=3)  # split ranges: each split's first look-ahead
+    check_low_precision(inputs, causal=True, window_size=(70, 0))  # a window: the range starts inside the sequence
     sixteen = make_inputs(seqlens_q, seqlens_k, num_heads=(8, 2), head_size=128, kv_layout="paged")
     assert not _plan(sixteen, "hopper")[0].constexprs["PREFETCH_BLOCK_IDS"]
     monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"decode_prefetch_ids": True, **tile}}))
     assert _plan(sixteen, "hopper")[0].constexprs["PREFETCH_BLOCK_IDS"]
     atol, rtol = TOLERANCES[torch.bfloat16]
     check_against_reference(sixteen, atol, rtol, causal=True)
+    check_against_reference(sixteen, atol, rtol, causal=True, num_splits=3)
