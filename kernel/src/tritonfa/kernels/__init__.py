@@ -140,23 +140,26 @@ def cross_compile_specs(arch: str) -> list[dict[str, Any]]:
     # Hopper plans twice: as configured, and with the Gluon prefill off (the portable kernel's prefill paths stay
     # reachable through TRITONFA_CONFIG and for the calls Gluon does not cover)
     portable_only = {"hopper": {"warp_specialized": False}}
-    plans = [plan_attention]
-    decode_only: list = []  # plans for decode-shaped calls only
+    both = (False, True)
+    plans = [(plan_attention, both)]  # (plan, the decode flags it plans for)
     if arch == "hopper":
-        plans.append(functools.partial(_plan_with_override, json.dumps(portable_only)))
+        plans.append((functools.partial(_plan_with_override, json.dumps(portable_only)), both))
         # the opt-in widening launch before a 16-bit prefill over fp8 K/V (config `ws_fp8_widen_copy`)
-        plans.append(functools.partial(_plan_with_override, json.dumps({"hopper": {"ws_fp8_widen_copy": True}})))
+        widen = {"hopper": {"ws_fp8_widen_copy": True}}
+        plans.append((functools.partial(_plan_with_override, json.dumps(widen)), both))
         # the opt-in block ids a step ahead in paged decode tiles (config `decode_prefetch_ids`), the 16-bit ones in
         # 64-key blocks of 3 stages (the variant that fits three programs per SM; decode calls only: the override's
         # tile would not fit some prefill configs)
-        plans.append(functools.partial(_plan_with_override, json.dumps({"hopper": {"decode_prefetch_ids": "fp8"}})))
-        prefetch_16_bit = {"decode_prefetch_ids": True, "block_n": 64, "num_stages": 3}
-        decode_only.append(functools.partial(_plan_with_override, json.dumps({"hopper": prefetch_16_bit})))
-    for head_dim, variant, decode, plan in itertools.product(
-        head_dims, _variants(arch), (False, True), plans + decode_only
-    ):
-        if not decode and any(plan is p for p in decode_only):
-            continue
+        prefetch_fp8 = {"hopper": {"decode_prefetch_ids": "fp8"}}
+        plans.append((functools.partial(_plan_with_override, json.dumps(prefetch_fp8)), both))
+        prefetch_16_bit = {"hopper": {"decode_prefetch_ids": True, "block_n": 64, "num_stages": 3}}
+        plans.append((functools.partial(_plan_with_override, json.dumps(prefetch_16_bit)), (True,)))
+    combos = [
+        (head_dim, variant, decode, plan)
+        for plan, decodes in plans
+        for head_dim, variant, decode in itertools.product(head_dims, _variants(arch), decodes)
+    ]
+    for head_dim, variant, decode, plan in combos:
         inputs = _meta_inputs(arch, head_dim=head_dim, decode=decode, **variant)
         for launch in plan(**inputs):
             if attention_hopper.HAS_GLUON and launch.fn is attention_hopper.attention_fwd_hopper_kernel:
