@@ -125,6 +125,46 @@ def test_warp_specialized_prefill_matches_reference(monkeypatch, head_size, caus
 
 
 @pytest.mark.skipif(not attention_hopper.HAS_GLUON, reason="this triton has no Gluon")
+def test_pv_wait_late_is_planned_only_when_configured(monkeypatch):
+    """Opt-in `ws_pv_wait_late` reaches the Gluon prefill's constexprs for 16-bit and fp8 calls, and only then."""
+    bf16 = make_inputs([300], [300], num_heads=(8, 2), head_size=128)
+    fp8 = make_inputs([300], [300], num_heads=(8, 2), head_size=128, dtype=torch.float8_e4m3fn,
+                      kv_dtype=torch.float8_e4m3fn)  # fmt: skip
+    assert not _constexprs(bf16)["PV_WAIT_LATE"] and not _constexprs(fp8)["PV_WAIT_LATE"], "off by default"
+    monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"ws_pv_wait_late": True}}))
+    for inputs in (bf16, fp8):
+        constexprs = _constexprs(inputs)
+        assert constexprs["PV_WAIT_LATE"] and constexprs["PERSISTENT"], "with the default grid"
+    paged = make_inputs([300], [300], num_heads=(8, 2), head_size=64, kv_layout="paged")
+    assert _constexprs(paged)["PV_WAIT_LATE"]
+
+
+@pytest.mark.skipif(not (ON_HOPPER and attention_hopper.HAS_GLUON), reason="Gluon kernels run on a Hopper GPU only")
+@pytest.mark.parametrize("head_size", [64, 128, 256])
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("persistent", [True, False])
+def test_warp_specialized_pv_wait_late_is_the_same_arithmetic(monkeypatch, head_size, causal, persistent):
+    """`ws_pv_wait_late` moves a wait, not arithmetic: the output equals the default schedule's bit for bit, and the
+    reference's (odd lengths, an empty sequence, rows that see no key, NaN keys past the last sequence)."""
+    config = {"ws_persistent": persistent}
+    seqlens_q = [1, 0, 129, 300, scaled(17, 1000), 77]
+    seqlens_k = [1, 5, 129, 200, scaled(17, 1000), 450]
+    inputs = make_inputs(seqlens_q, seqlens_k, num_heads=(32, 8), head_size=head_size)
+    nan_tail = torch.full((37, *inputs.k.shape[1:]), float("nan"), dtype=inputs.k.dtype, device=DEVICE)
+    inputs.k = torch.cat([inputs.k, nan_tail])
+    inputs.v = torch.cat([inputs.v, nan_tail])
+    monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {**config, "ws_pv_wait_late": True}}))
+    assert _plan(inputs)[0] == WS and _constexprs(inputs)["PV_WAIT_LATE"]
+    atol, rtol = TOLERANCES[torch.bfloat16]
+    check_against_reference(inputs, atol, rtol, causal=causal)
+    late = run_kernel(inputs, causal=causal)
+    monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": config}))
+    assert not _constexprs(inputs)["PV_WAIT_LATE"]
+    default = run_kernel(inputs, causal=causal)
+    assert torch.equal(late, default), "the same products and sums in the same order"
+
+
+@pytest.mark.skipif(not attention_hopper.HAS_GLUON, reason="this triton has no Gluon")
 def test_a_persistent_grid_has_one_program_per_sm_slot(monkeypatch):
     monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"warp_specialized": True, "ws_persistent": True}}))
     inputs = make_inputs([300, 40, 1], [300, 40, 9], num_heads=(8, 2), head_size=128)

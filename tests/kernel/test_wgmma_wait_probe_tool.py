@@ -2,6 +2,9 @@
 exponentials in order (the shape of a loop that PERF_NOTES compares with FA3's)."""
 
 import importlib.util
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -38,3 +41,37 @@ def test_sequence_counts_runs_in_order():
     assert tool.sequence(SASS) == "3xHGMMA 1xDEPBAR 2xEX2 1xDEPBAR 1xEX2"
     assert tool.sequence("") == ""
     assert {"base", "rescale-between", "rescale-first", "p-in-smem"} <= set(tool.SHAPES)
+
+
+def test_exps_between_waits_counts_from_each_s_wait_to_the_next_wait():
+    tool = load_tool()
+    assert tool.exps_between_waits(SASS) == [2]
+    late = SASS.replace("WARPGROUP.DEPBAR.LE gsb0, 0x0 ;", "MUFU.EX2 R20, R44 ;") + "WARPGROUP.DEPBAR.LE gsb0, 0x0 ;"
+    assert tool.exps_between_waits(late) == [4]
+    assert tool.exps_between_waits(SASS + SASS) == [2, 2]
+    assert tool.exps_between_waits("") == []
+
+
+def test_a_sync_that_needs_l_keeps_the_pv_wait_after_the_softmax():
+    """sm_90 SASS of the probe loop (this triton's ptxas): with an mbarrier wait before the QK, as every step of the
+    product has, ptxas waits for the P@V before most exponentials; a no-op warp sync guarded by a predicate on l
+    keeps all 66 of them (64 of P, 2 of the rescale factor) between the S wait and the P@V wait."""
+    tool = load_tool()
+    assert tool.exps_between_waits(tool.cuda_sass(tool.compile_shape("k-wait-sync-after-softmax"))) == [66]
+    assert tool.exps_between_waits(tool.cuda_sass(tool.compile_shape("k-wait")))[0] < 33
+
+
+def test_the_prefill_with_ws_pv_wait_late_keeps_every_softmax_between_the_waits():
+    """The product's default 16-bit prefill shape (persistent, causal, D 128) with `ws_pv_wait_late`: in each of its
+    four KV loops (interior and masked, two consumer warpgroups) the exponentials of a block come before the wait
+    for the previous block's P@V. Compiled in a process without the interpreter (the prefill calls @triton.jit
+    helpers, which interpreter mode replaces)."""
+    env = {name: value for name, value in os.environ.items() if name != "TRITON_INTERPRET"}
+    name = "hopper d128 CAUSAL=True RETURN_LSE=False PINGPONG=True PAGED=False PERSISTENT PV_WAIT_LATE"
+    run = subprocess.run([sys.executable, str(REPO / "kernel" / "scripts" / "wgmma_wait_probe.py"), "--product",
+                          "-k", name], capture_output=True, text=True, env=env, timeout=600)  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:]
+    rows = [line.split() for line in run.stdout.splitlines() if name in line]
+    assert len(rows) == 1, run.stdout
+    counts = [int(word) for word in rows[0] if word.isdigit()]
+    assert len(counts) == 4 and min(counts) >= 64, rows[0]

@@ -80,6 +80,9 @@ class AttentionConfig:
     # block) to fp8's max - the fp8 error study's (b), what the portable kernel does - instead of a fixed 2^8.
     # Opt-in until measured on the H200
     ws_fp8_p_per_tile: bool = False
+    # Gluon prefill: each warpgroup waits for its P@V of block j - 1 after the softmax of block j (FA3's schedule:
+    # the exponentials overlap its own P@V), not before it, where ptxas puts the wait otherwise. Opt-in until measured
+    ws_pv_wait_late: bool = False
     ws_stages: int = 0  # K/V ring slots of the Gluon prefill; 0 = attention_hopper.tiles_for's
     ws_paged_tma: bool = False  # Gluon prefill: paged K/V through TMA boxes of a page's keys (else cp.async gathers)
     # Gluon prefill: a persistent grid (one program per SM slot walks the tiles; the next tile's loads overlap this

@@ -933,6 +933,7 @@ def _plan_hopper_prefill(
         q_split,
         v16_contiguous,
         config.ws_fp8_p_per_tile,
+        config.ws_pv_wait_late,
     )  # fmt: skip
     return KernelLaunch(fn, grid, args, constexprs, options)
 

@@ -674,12 +674,24 @@ if HAS_GLUON:
         return tok
 
     @gluon.jit
+    def _after_softmax(l_i):
+        # ptxas moves the P@V wait (wait_group 0) up to right after the S wait, before the softmax's exponentials,
+        # whatever the PTX order (PERF_NOTES, session 12); it keeps that wait after a warp-wide sync, though. So: a
+        # no-op `bar.warp.sync` (the warpgroup is converged here) guarded by a predicate that needs l - the last of
+        # the softmax - and is always true (l >= 0, or NaN: `geu`). The exponentials of S_j then run while this
+        # warpgroup's own P@V_{j-1} is in flight, as in FA3's schedule (sm_90 SASS: wait 1, 64+ EX2, wait 0).
+        gl.inline_asm_elementwise(
+            asm="{ .reg .pred p; setp.geu.f32 p, $1, 0f00000000; @p bar.warp.sync -1; mov.b32 $0, 0; }",
+            constraints="=r,r", args=[l_i], dtype=gl.int32, is_pure=False, pack=1,
+        )  # fmt: skip
+
+    @gluon.jit
     def _kv_step(j, it0, turn0, q_smem, q_low_smem, k_bufs, v_bufs, k_ready, v_ready, kv_empty, turns, s_zero,
                  o_zero, b_o, m_i, l_i, p_prev, beta_prev, key_shift, q_pos, seq_k_len, diagonal, qk_scale,
                  MASKED: gl.constexpr, CAUSAL: gl.constexpr, s_layout: gl.constexpr, o_layout: gl.constexpr,
                  p_layout: gl.constexpr, WG: gl.constexpr, PINGPONG: gl.constexpr, V_KEY_MAJOR: gl.constexpr,
                  P_SCALE_LOG2: gl.constexpr, TWO_LEVEL: gl.constexpr, P_PER_TILE: gl.constexpr, ROW_SCALE: gl.constexpr,
-                 CARRY_F32: gl.constexpr, Q_SPLIT: gl.constexpr):  # fmt: skip
+                 CARRY_F32: gl.constexpr, Q_SPLIT: gl.constexpr, PV_WAIT_LATE: gl.constexpr):  # fmt: skip
         # S_j = Q K_j^T is issued before O += P_{j-1} V_{j-1}; the softmax of S_j overlaps that P@V. it0 / turn0: the
         # K/V blocks and wgmma turns this warpgroup has used before this tile (ring slots and phases go on).
         STAGES: gl.constexpr = k_bufs.type.shape[0]
@@ -699,6 +711,8 @@ if HAS_GLUON:
                                                    MASKED, CAUSAL, BLOCK_N, s_layout, ROW_SCALE, P_SCALE_LOG2,
                                                    P_PER_TILE)  # fmt: skip
         p_next = _to_p(b_p, v_bufs.dtype, p_layout, CARRY_F32)
+        if PV_WAIT_LATE:
+            _after_softmax(l_i)
         if V_KEY_MAJOR or CARRY_F32:
             # the P operand is made in _pv_issue (fp8: 8-bit registers cannot be a dependency of the wait, triton
             # 3.6-3.9); ptxas keeps its registers until the wgmma is done
@@ -793,7 +807,7 @@ if HAS_GLUON:
                   stride_o_tok, stride_o_head, stride_lse_head, ROW0: gl.constexpr,
                   ROWS: gl.constexpr, CAUSAL: gl.constexpr, PINGPONG: gl.constexpr, RETURN_LSE: gl.constexpr,
                   ZERO_TAIL: gl.constexpr, FP8: gl.constexpr, P_SCALE_LOG2: gl.constexpr, TWO_LEVEL: gl.constexpr,
-                  P_PER_TILE: gl.constexpr,
+                  P_PER_TILE: gl.constexpr, PV_WAIT_LATE: gl.constexpr,
                   QUANTIZE_Q: gl.constexpr, Q_MAX: gl.constexpr, num_warps: gl.constexpr, it0=0, turn0=0,
                   q_phase=0, CARRY_F32: gl.constexpr = False, VALID_D: gl.constexpr = 0, q_empty=0,
                   RELEASE_Q: gl.constexpr = False):  # fmt: skip
@@ -891,7 +905,7 @@ if HAS_GLUON:
                                                    beta, key_shift, q_pos, seq_k_len, diagonal, qk_scale, False,
                                                    CAUSAL, s_layout, o_layout, p_layout, WG, PINGPONG, V_KEY_MAJOR,
                                                    P_SCALE_LOG2, TWO_LEVEL_PV, P_PER_TILE_PV, QUANTIZE_Q, CARRY_F32,
-                                                   Q_SPLIT)  # fmt: skip
+                                                   Q_SPLIT, PV_WAIT_LATE)  # fmt: skip
         # blocks on the causal diagonal or past the sequence's last key
         for j in range(gl.maximum(num_full, 1), num_blocks):
             b_o, m_i, l_i, p_prev, beta = _kv_step(j, it0, turn0, q_smem, q_low_smem, k_bufs, v_bufs, k_ready,
@@ -899,7 +913,7 @@ if HAS_GLUON:
                                                    beta, key_shift, q_pos, seq_k_len, diagonal, qk_scale, True,
                                                    CAUSAL, s_layout, o_layout, p_layout, WG, PINGPONG, V_KEY_MAJOR,
                                                    P_SCALE_LOG2, TWO_LEVEL_PV, P_PER_TILE_PV, QUANTIZE_Q, CARRY_F32,
-                                                   Q_SPLIT)  # fmt: skip
+                                                   Q_SPLIT, PV_WAIT_LATE)  # fmt: skip
         last = num_blocks - 1
         s_last = (it0 + last) % STAGES
         mbarrier.wait(v_ready.index(s_last), ((it0 + last) // STAGES) & 1)
@@ -955,6 +969,7 @@ if HAS_GLUON:
                           ROW0: gl.constexpr, ROWS: gl.constexpr, CAUSAL: gl.constexpr, PINGPONG: gl.constexpr,
                           RETURN_LSE: gl.constexpr, ZERO_TAIL: gl.constexpr, FP8: gl.constexpr,
                           P_SCALE_LOG2: gl.constexpr, TWO_LEVEL: gl.constexpr, P_PER_TILE: gl.constexpr,
+                          PV_WAIT_LATE: gl.constexpr,
                           QUANTIZE_Q: gl.constexpr,
                           Q_MAX: gl.constexpr, num_warps: gl.constexpr, it0, turn0, q_phase,
                           CARRY_F32: gl.constexpr, VALID_D: gl.constexpr):  # fmt: skip
@@ -962,7 +977,8 @@ if HAS_GLUON:
         _consumer(q_tile_smem, k_bufs, v_bufs, q_ready, k_ready, v_ready, kv_empty, turns, q_src, out_ptr, lse_ptr,
                   seq_q_start, seq_q_len, q_tile_start, q_head, seq_k_len, num_blocks, key_shift, qk_scale, out_scale,
                   stride_o_tok, stride_o_head, stride_lse_head, ROW0, ROWS, CAUSAL,
-                  PINGPONG, RETURN_LSE, ZERO_TAIL, FP8, P_SCALE_LOG2, TWO_LEVEL, P_PER_TILE, QUANTIZE_Q, Q_MAX,
+                  PINGPONG, RETURN_LSE, ZERO_TAIL, FP8, P_SCALE_LOG2, TWO_LEVEL, P_PER_TILE,
+                  PV_WAIT_LATE, QUANTIZE_Q, Q_MAX,
                   num_warps, it0,
                   turn0, q_phase, CARRY_F32, VALID_D)  # fmt: skip
         return ()
@@ -1124,7 +1140,8 @@ if HAS_GLUON:
                              RETURN_LSE: gl.constexpr, ZERO_TAIL: gl.constexpr, PAGED: gl.constexpr,
                              PAGE_SIZE: gl.constexpr, HAS_SEQUSED: gl.constexpr, SEQ_FILTER: gl.constexpr,
                              DECODE_MAX_Q: gl.constexpr, FP8: gl.constexpr, P_SCALE_LOG2: gl.constexpr,
-                             TWO_LEVEL: gl.constexpr, P_PER_TILE: gl.constexpr, QUANTIZE_Q: gl.constexpr,
+                             TWO_LEVEL: gl.constexpr, P_PER_TILE: gl.constexpr,
+                             PV_WAIT_LATE: gl.constexpr, QUANTIZE_Q: gl.constexpr,
                              Q_MAX: gl.constexpr,
                              HAS_Q_DESCALE: gl.constexpr, HAS_K_DESCALE: gl.constexpr, HAS_V_DESCALE: gl.constexpr,
                              num_warps: gl.constexpr, CARRY_F32: gl.constexpr, VALID_D: gl.constexpr, seq_known=0,
@@ -1160,7 +1177,8 @@ if HAS_GLUON:
                           q_tile_src, out_ptr, lse_ptr, seq_q_start, seq_q_len, q_tile_start, q_head, seq_k_len,
                           num_blocks, key_shift, qk_scale, out_scale, stride_o_tok,
                           stride_o_head, stride_lse_head, ROW0, ROWS, CAUSAL, PINGPONG, RETURN_LSE, ZERO_TAIL,
-                          FP8, P_SCALE_LOG2, TWO_LEVEL, P_PER_TILE, QUANTIZE_Q, Q_MAX, num_warps, it, it + items,
+                          FP8, P_SCALE_LOG2, TWO_LEVEL, P_PER_TILE,
+                          PV_WAIT_LATE, QUANTIZE_Q, Q_MAX, num_warps, it, it + items,
                           (items // Q_BUFS) & 1, CARRY_F32, VALID_D, q_empty.index(qb), QUANTIZE_Q)  # fmt: skip
                 if not QUANTIZE_Q:  # (QUANTIZE_Q: handed back once rounded, in _consumer)
                     mbarrier.arrive(q_empty.index(qb), count=1)  # this warpgroup's QK wgmmas are done with it
@@ -1179,7 +1197,8 @@ if HAS_GLUON:
                              RETURN_LSE: gl.constexpr, ZERO_TAIL: gl.constexpr, PAGED: gl.constexpr,
                              PAGE_SIZE: gl.constexpr, HAS_SEQUSED: gl.constexpr, SEQ_FILTER: gl.constexpr,
                              DECODE_MAX_Q: gl.constexpr, FP8: gl.constexpr, P_SCALE_LOG2: gl.constexpr,
-                             TWO_LEVEL: gl.constexpr, P_PER_TILE: gl.constexpr, QUANTIZE_Q: gl.constexpr,
+                             TWO_LEVEL: gl.constexpr, P_PER_TILE: gl.constexpr,
+                             PV_WAIT_LATE: gl.constexpr, QUANTIZE_Q: gl.constexpr,
                              Q_MAX: gl.constexpr,
                              HAS_Q_DESCALE: gl.constexpr, HAS_K_DESCALE: gl.constexpr, HAS_V_DESCALE: gl.constexpr,
                              num_warps: gl.constexpr, CARRY_F32: gl.constexpr, VALID_D: gl.constexpr, sched_ptr,
@@ -1201,6 +1220,7 @@ if HAS_GLUON:
                     stride_qdesc_head, stride_kdesc_seq, stride_kdesc_head, stride_vdesc_seq, stride_vdesc_head,
                     n_tile_slots, num_q_heads, GROUP, ROW0, ROWS, CAUSAL, PINGPONG, RETURN_LSE, ZERO_TAIL, PAGED,
                     PAGE_SIZE, HAS_SEQUSED, SEQ_FILTER, DECODE_MAX_Q, FP8, P_SCALE_LOG2, TWO_LEVEL, P_PER_TILE,
+                    PV_WAIT_LATE,
                     QUANTIZE_Q, Q_MAX,
                     HAS_Q_DESCALE, HAS_K_DESCALE, HAS_V_DESCALE, num_warps, CARRY_F32, VALID_D, seq, True)  # fmt: skip
                 taken += 1
@@ -1214,6 +1234,7 @@ if HAS_GLUON:
                     stride_qdesc_head, stride_kdesc_seq, stride_kdesc_head, stride_vdesc_seq, stride_vdesc_head,
                     n_tile_slots, num_q_heads, GROUP, ROW0, ROWS, CAUSAL, PINGPONG, RETURN_LSE, ZERO_TAIL, PAGED,
                     PAGE_SIZE, HAS_SEQUSED, SEQ_FILTER, DECODE_MAX_Q, FP8, P_SCALE_LOG2, TWO_LEVEL, P_PER_TILE,
+                    PV_WAIT_LATE,
                     QUANTIZE_Q, Q_MAX,
                     HAS_Q_DESCALE, HAS_K_DESCALE, HAS_V_DESCALE, num_warps, CARRY_F32, VALID_D)  # fmt: skip
 
@@ -1229,7 +1250,8 @@ if HAS_GLUON:
                                      RETURN_LSE: gl.constexpr, ZERO_TAIL: gl.constexpr, PAGED: gl.constexpr,
                                      PAGE_SIZE: gl.constexpr, HAS_SEQUSED: gl.constexpr, SEQ_FILTER: gl.constexpr,
                                      DECODE_MAX_Q: gl.constexpr, FP8: gl.constexpr, P_SCALE_LOG2: gl.constexpr,
-                                     TWO_LEVEL: gl.constexpr, P_PER_TILE: gl.constexpr, QUANTIZE_Q: gl.constexpr,
+                                     TWO_LEVEL: gl.constexpr, P_PER_TILE: gl.constexpr,
+                                     PV_WAIT_LATE: gl.constexpr, QUANTIZE_Q: gl.constexpr,
                                      Q_MAX: gl.constexpr,
                                      HAS_Q_DESCALE: gl.constexpr, HAS_K_DESCALE: gl.constexpr,
                                      HAS_V_DESCALE: gl.constexpr, num_warps: gl.constexpr,
@@ -1242,7 +1264,8 @@ if HAS_GLUON:
                              stride_qdesc_seq, stride_qdesc_head, stride_kdesc_seq, stride_kdesc_head,
                              stride_vdesc_seq, stride_vdesc_head, n_tile_slots, num_q_heads, GROUP, ROW0, ROWS, CAUSAL,
                              PINGPONG, RETURN_LSE, ZERO_TAIL, PAGED, PAGE_SIZE, HAS_SEQUSED, SEQ_FILTER,
-                             DECODE_MAX_Q, FP8, P_SCALE_LOG2, TWO_LEVEL, P_PER_TILE, QUANTIZE_Q, Q_MAX, HAS_Q_DESCALE,
+                             DECODE_MAX_Q, FP8, P_SCALE_LOG2, TWO_LEVEL, P_PER_TILE,
+                             PV_WAIT_LATE, QUANTIZE_Q, Q_MAX, HAS_Q_DESCALE,
                              HAS_K_DESCALE, HAS_V_DESCALE, num_warps, CARRY_F32, VALID_D, sched_ptr, work_ids,
                              work_ready, work_empty, DYNAMIC)  # fmt: skip
         return ()
@@ -1322,6 +1345,7 @@ if HAS_GLUON:
         # FP8 with TWO_LEVEL and key-major V: P taken relative to each block's row max at fp8's max (the fp8 error
         # study's (b)); each block's P@V and row sum join O and l scaled by one fp32 factor per row
         P_PER_TILE: gl.constexpr,
+        PV_WAIT_LATE: gl.constexpr,  # the P@V wait kept after the softmax (see _after_softmax)
         QUANTIZE_Q: gl.constexpr,  # FP8 with a 16-bit q: rounded to fp8 here, per row
         Q_MAX: gl.constexpr,  # QUANTIZE_Q: the largest |q| after its row scale
         Q_SPLIT: gl.constexpr,  # QUANTIZE_Q as two fp8 terms (hi, then the rest), stacked in a Q tile of 2 BLOCK_M rows
@@ -1424,7 +1448,7 @@ if HAS_GLUON:
                         stride_qdesc_head, stride_kdesc_seq, stride_kdesc_head, stride_vdesc_seq, stride_vdesc_head,
                         n_tile_slots, num_q_heads, GROUP, FIRST, HALF, CAUSAL, PINGPONG, RETURN_LSE, ZERO_TAIL,
                         PAGED, PAGE_SIZE, HAS_SEQUSED, SEQ_FILTER, DECODE_MAX_Q, FP8, P_SCALE_LOG2, TWO_LEVEL,
-                        P_PER_TILE,
+                        P_PER_TILE, PV_WAIT_LATE,
                         QUANTIZE_Q, Q_MAX, HAS_Q_DESCALE, HAS_K_DESCALE, HAS_V_DESCALE, num_warps, P_CARRY_F32,
                         VALID_D, sched_ptr, work_ids, work_ready, work_empty, DYNAMIC)),
                     (_consumer_persistent, (
@@ -1435,7 +1459,7 @@ if HAS_GLUON:
                         stride_qdesc_head, stride_kdesc_seq, stride_kdesc_head, stride_vdesc_seq, stride_vdesc_head,
                         n_tile_slots, num_q_heads, GROUP, HALF, HALF, CAUSAL, PINGPONG, RETURN_LSE, ZERO_TAIL,
                         PAGED, PAGE_SIZE, HAS_SEQUSED, SEQ_FILTER, DECODE_MAX_Q, FP8, P_SCALE_LOG2, TWO_LEVEL,
-                        P_PER_TILE,
+                        P_PER_TILE, PV_WAIT_LATE,
                         QUANTIZE_Q, Q_MAX, HAS_Q_DESCALE, HAS_K_DESCALE, HAS_V_DESCALE, num_warps, P_CARRY_F32,
                         VALID_D, sched_ptr, work_ids, work_ready, work_empty, DYNAMIC)),
                     (_producer_persistent, (
@@ -1462,7 +1486,8 @@ if HAS_GLUON:
                           v_cols_per_head, stride_qdesc_seq, stride_qdesc_head, stride_kdesc_seq, stride_kdesc_head,
                           stride_vdesc_seq, stride_vdesc_head, GROUP, CAUSAL, PINGPONG, RETURN_LSE, PAGED,
                           PAGE_SIZE, PAGED_TMA, BLOCK_N, HAS_SEQUSED, SEQ_FILTER, DECODE_MAX_Q, STAGES, FP8,
-                          P_SCALE_LOG2, TWO_LEVEL, P_PER_TILE, QUANTIZE_Q, Q_MAX, HAS_Q_DESCALE, HAS_K_DESCALE,
+                          P_SCALE_LOG2, TWO_LEVEL, P_PER_TILE,
+                          PV_WAIT_LATE, QUANTIZE_Q, Q_MAX, HAS_Q_DESCALE, HAS_K_DESCALE,
                           HAS_V_DESCALE,
                           P_CARRY_F32, num_warps, VALID_D, Q_ROWS)  # fmt: skip
 
@@ -1479,6 +1504,7 @@ if HAS_GLUON:
                       PAGED_TMA: gl.constexpr, BLOCK_N: gl.constexpr, HAS_SEQUSED: gl.constexpr,
                       SEQ_FILTER: gl.constexpr, DECODE_MAX_Q: gl.constexpr, STAGES: gl.constexpr,
                       FP8: gl.constexpr, P_SCALE_LOG2: gl.constexpr, TWO_LEVEL: gl.constexpr, P_PER_TILE: gl.constexpr,
+                      PV_WAIT_LATE: gl.constexpr,
                       QUANTIZE_Q: gl.constexpr, Q_MAX: gl.constexpr, HAS_Q_DESCALE: gl.constexpr,
                       HAS_K_DESCALE: gl.constexpr, HAS_V_DESCALE: gl.constexpr, P_CARRY_F32: gl.constexpr,
                       num_warps: gl.constexpr, VALID_D: gl.constexpr, Q_ROWS: gl.constexpr):  # fmt: skip
@@ -1555,13 +1581,15 @@ if HAS_GLUON:
                                              seq_k_len, num_blocks, key_shift, qk_scale, out_scale,
                                              stride_o_tok, stride_o_head, stride_lse_head, FIRST,
                                              HALF, CAUSAL, PINGPONG, RETURN_LSE, ZERO_TAIL, FP8, P_SCALE_LOG2,
-                                             TWO_LEVEL, P_PER_TILE, QUANTIZE_Q, Q_MAX, num_warps, 0, 0, 0, P_CARRY_F32,
+                                             TWO_LEVEL, P_PER_TILE,
+                                             PV_WAIT_LATE, QUANTIZE_Q, Q_MAX, num_warps, 0, 0, 0, P_CARRY_F32,
                                              VALID_D)),
                         (_consumer, (q_smem, k_bufs, v_bufs, q_ready, k_ready, v_ready, kv_empty, turns, q_stage,
                                      out_ptr, lse_ptr, seq_q_start, seq_q_len, q_tile_start, q_head, seq_k_len,
                                      num_blocks, key_shift, qk_scale, out_scale,
                                      stride_o_tok, stride_o_head, stride_lse_head, HALF, HALF, CAUSAL, PINGPONG,
-                                     RETURN_LSE, ZERO_TAIL, FP8, P_SCALE_LOG2, TWO_LEVEL, P_PER_TILE, QUANTIZE_Q, Q_MAX,
+                                     RETURN_LSE, ZERO_TAIL, FP8, P_SCALE_LOG2, TWO_LEVEL, P_PER_TILE,
+                                     PV_WAIT_LATE, QUANTIZE_Q, Q_MAX,
                                      num_warps, 0, 0, 0, P_CARRY_F32, VALID_D)),
                         (_producer, (q16_desc, k_desc, v_desc, q_stage, k_bufs, v_bufs, v_stage, q_ready, k_ready,
                                      v_ready, kv_empty, seq_q_start + q_tile_start, q_head * VALID_D,
@@ -1605,7 +1633,8 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
                         paged_tma: bool = False, persistent_programs: int = 0,
                         p_carry_f32: bool = False, block_n: int = 0, dynamic: bool = False,
                         fp8_v16: bool = False, q_split: bool = False,
-                        fp8_v16_contiguous: bool = False, p_per_tile: bool = False):  # fmt: skip
+                        fp8_v16_contiguous: bool = False, p_per_tile: bool = False,
+                        pv_wait_late: bool = False):  # fmt: skip
     """(kernel, grid, args, constexprs, options) of one warp-specialized prefill launch; `supports` must hold.
 
     fp8 K/V: V is read from its key-major copy (`key_major_v`, made here); quantize_q rounds a 16-bit q to K's fp8
@@ -1622,7 +1651,8 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
     16-bit. q_split (with quantize_q): q as two fp8 terms, QK as two fp8 wgmmas into one accumulator.
     fp8_v16_contiguous: contiguous fp8 K/V are gathered and V widened as fp8_v16 does for pages (no key-major copy).
     p_per_tile (with two_level, where P meets key-major fp8 V): P scaled per (row, key block) to fp8's max, the fp8
-    error study's (b), instead of the fixed power of two.
+    error study's (b), instead of the fixed power of two. pv_wait_late: the P@V of block j - 1 waited for after the
+    softmax of block j, not before it (see _after_softmax).
     """
     total_q, num_q_heads, valid_d = q.shape
     head_dim = tile_head_dim(valid_d)  # the tiles' D; a smaller head size is padded (supports' pad_head_dim)
@@ -1739,6 +1769,7 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
         P_SCALE_LOG2=int(math.log2(p_scale(v.dtype))) if fp8 and not widened_v else 0,
         TWO_LEVEL=two_level,
         P_PER_TILE=p_per_tile and two_level and fp8 and not widened_v,
+        PV_WAIT_LATE=pv_wait_late,
         QUANTIZE_Q=quantize_q,
         Q_MAX=fp8_max(k.dtype) if quantize_q else 0.0,
         Q_SPLIT=q_split,
