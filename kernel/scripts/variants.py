@@ -76,6 +76,9 @@ PREFILL_VARIANTS = {
     "ws-fp8-p-per-tile": {"ws_fp8_p_per_tile": True},
     # each warpgroup waits for its P@V of block j - 1 after the softmax of block j (FA3's schedule), any dtype
     "ws-pv-wait-late": {"ws_pv_wait_late": True},
+    # the ping-pong hand-overs through hardware named barriers (FA3's), alone and with the wait after the softmax
+    "ws-named-turns": {"ws_named_turns": True},
+    "ws-pv-wait-late-named-turns": {"ws_pv_wait_late": True, "ws_named_turns": True},
     "ws-fp8-v16-contiguous-flat": {"ws_fp8_v16_contiguous": True, "ws_persistent": False},
     # fp8 q with V widened (causal contiguous, paged): 64-key blocks in 4 slots, the keys in flight of 128 x 2 in
     # smaller steps (what 16-bit pages gained in session 8); not for k16 (its 3+ slots of 16-bit K do not fit 4)

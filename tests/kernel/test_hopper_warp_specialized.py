@@ -139,29 +139,46 @@ def test_pv_wait_late_is_planned_only_when_configured(monkeypatch):
     assert _constexprs(paged)["PV_WAIT_LATE"]
 
 
+@pytest.mark.skipif(not attention_hopper.HAS_GLUON, reason="this triton has no Gluon")
+def test_named_turns_are_planned_only_with_ping_pong(monkeypatch):
+    inputs = make_inputs([300], [300], num_heads=(8, 2), head_size=128)
+    assert _constexprs(inputs)["PINGPONG"] is True, "mbarrier hand-overs by default"
+    monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"ws_named_turns": True}}))
+    assert _constexprs(inputs)["PINGPONG"] == attention_hopper.NAMED_TURNS
+    monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"ws_named_turns": True, "ws_pingpong": False}}))
+    assert not _constexprs(inputs)["PINGPONG"], "no ping-pong: no hand-overs at all"
+
+
 @pytest.mark.skipif(not (ON_HOPPER and attention_hopper.HAS_GLUON), reason="Gluon kernels run on a Hopper GPU only")
 @pytest.mark.parametrize("head_size", [64, 128, 256])
 @pytest.mark.parametrize("causal", [True, False])
 @pytest.mark.parametrize("persistent", [True, False])
-def test_warp_specialized_pv_wait_late_is_the_same_arithmetic(monkeypatch, head_size, causal, persistent):
-    """`ws_pv_wait_late` moves a wait, not arithmetic: the output equals the default schedule's bit for bit, and the
-    reference's (odd lengths, an empty sequence, rows that see no key, NaN keys past the last sequence)."""
+@pytest.mark.parametrize("schedule", ["pv_wait_late", "named_turns", "pv_wait_late+named_turns"])
+def test_warp_specialized_schedules_are_the_same_arithmetic(monkeypatch, head_size, causal, persistent, schedule):
+    """`ws_pv_wait_late` moves a wait and `ws_named_turns` changes how the warpgroups hand over the tensor cores,
+    neither the arithmetic: the output equals the default schedule's bit for bit, and the reference's (odd lengths,
+    an empty sequence, rows that see no key, NaN keys past the last sequence; more tiles than SMs, so persistent
+    programs hand over across tiles)."""
     config = {"ws_persistent": persistent}
-    seqlens_q = [1, 0, 129, 300, scaled(17, 1000), 77]
-    seqlens_k = [1, 5, 129, 200, scaled(17, 1000), 450]
+    options = {f"ws_{name}": True for name in schedule.split("+")}
+    seqlens_q = [1, 0, 129, 300, scaled(17, 1000), 77, *[random.choice([1, 64, 200]) for _ in range(60)]]
+    seqlens_k = [1, 5, 129, 200, scaled(17, 1000), 450, *[random.choice([1, 100, 300]) for _ in range(60)]]
     inputs = make_inputs(seqlens_q, seqlens_k, num_heads=(32, 8), head_size=head_size)
     nan_tail = torch.full((37, *inputs.k.shape[1:]), float("nan"), dtype=inputs.k.dtype, device=DEVICE)
     inputs.k = torch.cat([inputs.k, nan_tail])
     inputs.v = torch.cat([inputs.v, nan_tail])
-    monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {**config, "ws_pv_wait_late": True}}))
-    assert _plan(inputs)[0] == WS and _constexprs(inputs)["PV_WAIT_LATE"]
+    monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {**config, **options}}))
+    planned = _constexprs(inputs)
+    assert _plan(inputs)[0] == WS
+    assert planned["PV_WAIT_LATE"] == ("pv_wait_late" in schedule)
+    assert (planned["PINGPONG"] == attention_hopper.NAMED_TURNS) == ("named_turns" in schedule)
     atol, rtol = TOLERANCES[torch.bfloat16]
     check_against_reference(inputs, atol, rtol, causal=causal)
-    late = run_kernel(inputs, causal=causal)
+    scheduled = run_kernel(inputs, causal=causal)
     monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": config}))
-    assert not _constexprs(inputs)["PV_WAIT_LATE"]
+    assert not _constexprs(inputs)["PV_WAIT_LATE"] and _constexprs(inputs)["PINGPONG"] is True
     default = run_kernel(inputs, causal=causal)
-    assert torch.equal(late, default), "the same products and sums in the same order"
+    assert torch.equal(scheduled, default), "the same products and sums in the same order"
 
 
 @pytest.mark.skipif(not attention_hopper.HAS_GLUON, reason="this triton has no Gluon")

@@ -83,6 +83,9 @@ class AttentionConfig:
     # Gluon prefill: each warpgroup waits for its P@V of block j - 1 after the softmax of block j (FA3's schedule:
     # the exponentials overlap its own P@V), not before it, where ptxas puts the wait otherwise. Opt-in until measured
     ws_pv_wait_late: bool = False
+    # with ws_pingpong: the consumer warpgroups hand the tensor cores over through hardware named barriers (bar.arrive
+    # / bar.sync, as FA3) instead of an mbarrier (a warpgroup barrier, one thread's arrive, try_wait). Opt-in
+    ws_named_turns: bool = False
     ws_stages: int = 0  # K/V ring slots of the Gluon prefill; 0 = attention_hopper.tiles_for's
     ws_paged_tma: bool = False  # Gluon prefill: paged K/V through TMA boxes of a page's keys (else cp.async gathers)
     # Gluon prefill: a persistent grid (one program per SM slot walks the tiles; the next tile's loads overlap this

@@ -384,4 +384,27 @@ def _hopper_prefill_specs() -> list[dict[str, Any]]:
     )  # fmt: skip
     name = f"{fn.__name__}[hopper d40 CAUSAL=False PAGED=True PAGE_SIZE=64 HEADS_MAJOR]"
     specs.append(dict(name=name, fn=fn, bound_args=args, constexprs=constexprs, options=options, gluon=True))
+    # ping-pong hand-overs through named barriers (config `ws_named_turns`), with and without `ws_pv_wait_late`:
+    # 16-bit D 128 on both grids and masks, D 64 / 256, paged through TMA, fp8
+    named = [(128, causal, programs, late, False, bf16) for causal in (False, True) for programs in (0, 132)
+             for late in (False, True)]  # fmt: skip
+    named += [(64, True, 0, True, False, bf16), (256, True, 0, True, False, bf16), (128, True, 132, True, True, bf16),
+              (128, True, 132, True, False, fp8)]  # fmt: skip
+    for head_dim, causal, programs, late, paged, dtype in named:
+        inputs = _meta_inputs("hopper", dtype, dtype, head_dim, paged=paged, decode=False, features=not causal)
+        out = torch.empty(inputs["q"].shape, dtype=bf16, device="meta")
+        fn, _, args, constexprs, options = attention_hopper.plan_hopper_prefill(
+            inputs["q"], inputs["k"], inputs["v"], out, inputs["lse"], inputs["cu_seqlens_q"], inputs["cu_seqlens_k"],
+            inputs["seqused_k"], inputs["block_table"], 0.125, causal, 1, 16, q_descale=inputs["q_descale"],
+            k_descale=inputs["k_descale"], v_descale=inputs["v_descale"], paged_tma=paged,
+            persistent_programs=programs, pv_wait_late=late, named_turns=True,
+        )  # fmt: skip
+        assert constexprs["PINGPONG"] == attention_hopper.NAMED_TURNS
+        name = (
+            f"{fn.__name__}[hopper d{head_dim} CAUSAL={causal} PAGED={paged}{' FP8' if dtype == fp8 else ''}"
+            + (" PERSISTENT" if programs else "")
+            + (" PV_WAIT_LATE" if late else "")
+            + " NAMED_TURNS]"
+        )
+        specs.append(dict(name=name, fn=fn, bound_args=args, constexprs=constexprs, options=options, gluon=True))
     return specs

@@ -934,6 +934,7 @@ def _plan_hopper_prefill(
         v16_contiguous,
         config.ws_fp8_p_per_tile,
         config.ws_pv_wait_late,
+        config.ws_named_turns,
     )  # fmt: skip
     return KernelLaunch(fn, grid, args, constexprs, options)
 

@@ -107,6 +107,10 @@ def _partition_regs(gather, v_key_major, producer):
 PERSISTENT_PRODUCER_REGS = gl.constexpr(56) if HAS_GLUON else 56
 # dynamic persistent scheduling: work ids in flight from the producer to the consumers
 WORK_SLOTS = gl.constexpr(2) if HAS_GLUON else 2
+# PINGPONG's value for hand-overs through hardware named barriers TURN_BARRIER and TURN_BARRIER + 1 (see _wait_turn;
+# the asm in _named_barrier spells the two ids out)
+NAMED_TURNS = gl.constexpr(2) if HAS_GLUON else 2
+TURN_BARRIER = gl.constexpr(12) if HAS_GLUON else 12
 
 
 def tile_head_dim(head_dim: int) -> int:
@@ -563,13 +567,41 @@ if HAS_GLUON:
         # Ping-pong (FA3's schedule): the two consumer warpgroups take turns issuing their wgmmas, so one's softmax
         # runs while the other's matmuls occupy the tensor cores. Round r of warpgroup 0 waits for warpgroup 1's
         # r-th hand-over (a fresh barrier's parity 1 counts as complete, so round 0 of warpgroup 0 goes at once).
-        if PINGPONG:
+        # PINGPONG == NAMED_TURNS: the hand-over through hardware named barriers (as FA3): warpgroup w waits on
+        # barrier TURN_BARRIER + w for the other's 128 threads (bar.arrive, no warpgroup sync before it), instead of
+        # an mbarrier arrived by one thread after a warpgroup barrier and polled with try_wait.
+        if PINGPONG == NAMED_TURNS:
+            if WG == 0:
+                _named_barrier(TURN_BARRIER, False)
+            else:
+                if round == 0:  # warpgroup 0's round 0 goes at once: a hand-over before any
+                    _named_barrier(TURN_BARRIER, True)
+                _named_barrier(TURN_BARRIER + 1, False)
+        elif PINGPONG:
             mbarrier.wait(turns.index(WG), (round & 1) ^ (1 - WG))
 
     @gluon.jit
     def _pass_turn(turns, WG: gl.constexpr, PINGPONG: gl.constexpr):
-        if PINGPONG:
+        if PINGPONG == NAMED_TURNS:
+            _named_barrier(TURN_BARRIER + 1 - WG, True)
+        elif PINGPONG:
             mbarrier.arrive(turns.index(1 - WG), count=1)
+
+    @gluon.jit
+    def _named_barrier(bar_id: gl.constexpr, arrive: gl.constexpr):
+        # hardware barrier bar_id counting both consumer warpgroups (256 threads): bar.arrive counts this thread and
+        # goes on, bar.sync counts it and waits for the rest. Ids from TURN_BARRIER on: Triton's own partition
+        # barriers take the first few of the 16.
+        if arrive:
+            if bar_id == TURN_BARRIER:
+                gl.inline_asm_elementwise("bar.arrive 12, 256;", "=r", [], dtype=gl.int32, is_pure=False, pack=1)
+            else:
+                gl.inline_asm_elementwise("bar.arrive 13, 256;", "=r", [], dtype=gl.int32, is_pure=False, pack=1)
+        else:
+            if bar_id == TURN_BARRIER:
+                gl.inline_asm_elementwise("bar.sync 12, 256;", "=r", [], dtype=gl.int32, is_pure=False, pack=1)
+            else:
+                gl.inline_asm_elementwise("bar.sync 13, 256;", "=r", [], dtype=gl.int32, is_pure=False, pack=1)
 
     @gluon.jit
     def _softmax_step(b_s, m_i, l_i, j, key_shift, q_pos, seq_k_len, diagonal, qk_scale, MASKED: gl.constexpr,
@@ -1634,7 +1666,7 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
                         p_carry_f32: bool = False, block_n: int = 0, dynamic: bool = False,
                         fp8_v16: bool = False, q_split: bool = False,
                         fp8_v16_contiguous: bool = False, p_per_tile: bool = False,
-                        pv_wait_late: bool = False):  # fmt: skip
+                        pv_wait_late: bool = False, named_turns: bool = False):  # fmt: skip
     """(kernel, grid, args, constexprs, options) of one warp-specialized prefill launch; `supports` must hold.
 
     fp8 K/V: V is read from its key-major copy (`key_major_v`, made here); quantize_q rounds a 16-bit q to K's fp8
@@ -1652,7 +1684,8 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
     fp8_v16_contiguous: contiguous fp8 K/V are gathered and V widened as fp8_v16 does for pages (no key-major copy).
     p_per_tile (with two_level, where P meets key-major fp8 V): P scaled per (row, key block) to fp8's max, the fp8
     error study's (b), instead of the fixed power of two. pv_wait_late: the P@V of block j - 1 waited for after the
-    softmax of block j, not before it (see _after_softmax).
+    softmax of block j, not before it (see _after_softmax). named_turns (with pingpong): the consumers hand the
+    tensor cores over through hardware named barriers (see _wait_turn).
     """
     total_q, num_q_heads, valid_d = q.shape
     head_dim = tile_head_dim(valid_d)  # the tiles' D; a smaller head size is padded (supports' pad_head_dim)
@@ -1754,7 +1787,7 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
     constexprs = dict(
         GROUP=num_q_heads // num_kv_heads,
         CAUSAL=causal,
-        PINGPONG=pingpong,
+        PINGPONG=NAMED_TURNS if pingpong and named_turns else pingpong,
         RETURN_LSE=lse is not None,
         PAGED=paged,
         PAGE_SIZE=page_size,
