@@ -7,7 +7,8 @@
 #   variants               config variants (A/B) of VARIANT_PLANS (default prefill,decode,mixed)
 #   variants:PLAN:ONLY:VARIANTS  one variants.py call (ONLY and VARIANTS comma lists with '+' for ','), killed after
 #                          VARIANTS_TIMEOUT seconds (default 900); VARIANT_PEERS: its --peers; FA3 comes from
-#                          PEER_PYTHONPATH once PEER_READY exists (waits up to PEER_WAIT_S seconds, default 120)
+#                          PEER_PYTHONPATH once PEER_READY exists (waits up to PEER_WAIT_S seconds, default 120);
+#                          VARIANT_ROUNDS: its --rounds (default 1)
 #   ws-tests               the warp-specialized Gluon prefill's own tests (Hopper; its opt-in paths included), killed
 #                          after WS_TESTS_TIMEOUT seconds (default 600) so a hung kernel cannot hold the session; a
 #                          test that runs past WS_TEST_TIMEOUT_EACH seconds (default 180) fails alone (pytest-timeout)
@@ -76,7 +77,8 @@ export PYTHONPATH="$PWD/kernel/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=
         fi
         PYTHONPATH="$peer_path$PYTHONPATH" timeout -s KILL "${VARIANTS_TIMEOUT:-900}" python3 kernel/scripts/variants.py \
           --plan "$plan" --only "${only//+/,}" --variants "${variants//+/,}" \
-          --peers "${VARIANT_PEERS:-fa3,sdpa-cudnn,flex}" --out "$out" 2>&1 | tee -a "$out/variants.log" ;;
+          --peers "${VARIANT_PEERS:-fa3,sdpa-cudnn,flex}" --rounds "${VARIANT_ROUNDS:-1}" --out "$out" 2>&1 |
+          tee -a "$out/variants.log" ;;
       ws-tests*)
         # a hung kernel fails its own test (the thread method ends the worker, which xdist reports and replaces)
         each="--timeout ${WS_TEST_TIMEOUT_EACH:-180} --timeout-method thread"
