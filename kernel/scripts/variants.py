@@ -80,6 +80,9 @@ PREFILL_VARIANTS = {
     # the ping-pong hand-overs through hardware named barriers (FA3's), alone and with the wait after the softmax
     "ws-named-turns": {"ws_named_turns": True},
     "ws-pv-wait-late-named-turns": {"ws_pv_wait_late": True, "ws_named_turns": True},
+    # K's ring slot handed back once its QK is done, V's after its P@V (the next K loads a block earlier)
+    "ws-early-k-release": {"ws_early_k_release": True},
+    "ws-all-schedules": {"ws_pv_wait_late": True, "ws_named_turns": True, "ws_early_k_release": True},
     "ws-fp8-v16-contiguous-flat": {"ws_fp8_v16_contiguous": True, "ws_persistent": False},
     # fp8 q with V widened (causal contiguous, paged): 64-key blocks in 4 slots, the keys in flight of 128 x 2 in
     # smaller steps (what 16-bit pages gained in session 8); not for k16 (its 3+ slots of 16-bit K do not fit 4)

@@ -153,10 +153,15 @@ def test_named_turns_are_planned_only_with_ping_pong(monkeypatch):
 @pytest.mark.parametrize("head_size", [64, 128, 256])
 @pytest.mark.parametrize("causal", [True, False])
 @pytest.mark.parametrize("persistent", [True, False])
-@pytest.mark.parametrize("schedule", ["pv_wait_late", "named_turns", "pv_wait_late+named_turns"])
+@pytest.mark.parametrize(
+    "schedule",
+    ["pv_wait_late", "named_turns", "early_k_release", "pv_wait_late+named_turns", "pv_wait_late+named_turns+"
+     "early_k_release"],
+)  # fmt: skip
 def test_warp_specialized_schedules_are_the_same_arithmetic(monkeypatch, head_size, causal, persistent, schedule):
-    """`ws_pv_wait_late` moves a wait and `ws_named_turns` changes how the warpgroups hand over the tensor cores,
-    neither the arithmetic: the output equals the default schedule's bit for bit, and the reference's (odd lengths,
+    """`ws_pv_wait_late` moves a wait, `ws_named_turns` changes how the warpgroups hand over the tensor cores and
+    `ws_early_k_release` when K's slot goes back to the producer, none the arithmetic: the output equals the default
+    schedule's bit for bit, and the reference's (odd lengths,
     an empty sequence, rows that see no key, NaN keys past the last sequence; more tiles than SMs, so persistent
     programs hand over across tiles)."""
     config = {"ws_persistent": persistent}
@@ -172,6 +177,7 @@ def test_warp_specialized_schedules_are_the_same_arithmetic(monkeypatch, head_si
     assert _plan(inputs)[0] == WS
     assert planned["PV_WAIT_LATE"] == ("pv_wait_late" in schedule)
     assert (planned["PINGPONG"] == attention_hopper.NAMED_TURNS) == ("named_turns" in schedule)
+    assert planned["EARLY_K_RELEASE"] == ("early_k_release" in schedule)
     atol, rtol = TOLERANCES[torch.bfloat16]
     check_against_reference(inputs, atol, rtol, causal=causal)
     scheduled = run_kernel(inputs, causal=causal)
@@ -179,6 +185,50 @@ def test_warp_specialized_schedules_are_the_same_arithmetic(monkeypatch, head_si
     assert not _constexprs(inputs)["PV_WAIT_LATE"] and _constexprs(inputs)["PINGPONG"] is True
     default = run_kernel(inputs, causal=causal)
     assert torch.equal(scheduled, default), "the same products and sums in the same order"
+
+
+@pytest.mark.skipif(not attention_hopper.HAS_GLUON, reason="this triton has no Gluon")
+def test_early_k_release_is_planned_only_when_configured(monkeypatch):
+    inputs = make_inputs([300], [300], num_heads=(8, 2), head_size=128)
+    paged = make_inputs([300], [300], num_heads=(8, 2), head_size=128, kv_layout="paged")
+    assert not _constexprs(inputs)["EARLY_K_RELEASE"] and not _constexprs(paged)["EARLY_K_RELEASE"]
+    monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"ws_early_k_release": True}}))
+    assert _constexprs(inputs)["EARLY_K_RELEASE"] and _constexprs(paged)["EARLY_K_RELEASE"]
+
+
+@pytest.mark.skipif(not (ON_HOPPER and attention_hopper.HAS_GLUON), reason="Gluon kernels run on a Hopper GPU only")
+@pytest.mark.parametrize(
+    "producer",
+    ["paged-tma", "paged-gather", "fp8-key-major-v", "fp8-paged-v-transposed", "fp8-paged-v-widened",
+     "fp8-k-widened"],
+)  # fmt: skip
+def test_early_k_release_with_every_producer(monkeypatch, producer):
+    """`ws_early_k_release` changes each producer's waits (K's slot and V's apart): with every one of them the
+    output equals the default's bit for bit (paged caches with NaN in unused slots, fp8 with descales)."""
+    fp8 = torch.float8_e4m3fn
+    config: dict = {"ws_fp8_v16_contiguous": False, "ws_fp8_widen_copy": False}
+    if producer.startswith("paged"):
+        config["ws_paged_tma"] = producer == "paged-tma"
+        inputs = make_inputs([300, 129, 0, 64], [300, 1000, 7, 64], num_heads=(32, 8), head_size=128,
+                             kv_layout="paged_kv_interleaved", block_size=16)  # fmt: skip
+        kwargs: dict = {}
+    else:
+        config["ws_fp8_paged_v16"] = producer == "fp8-paged-v-widened"
+        layout = "paged" if "paged" in producer else "contiguous"
+        q_dtype = torch.bfloat16 if producer == "fp8-k-widened" else fp8
+        inputs = make_inputs([300, 129, 0, 64], [300, 1000, 7, 64], num_heads=(32, 8), head_size=128, dtype=q_dtype,
+                             kv_dtype=fp8, kv_layout=layout, block_size=16)  # fmt: skip
+        descale = fp8_descale("per_head", inputs.batch, inputs.num_kv_heads)
+        kwargs = {"k_descale": descale, "v_descale": descale}
+        if q_dtype == fp8:
+            kwargs["q_descale"] = descale
+    outputs = []
+    for early in (True, False):
+        monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {**config, "ws_early_k_release": early}}))
+        assert _plan(inputs)[0] == WS and _constexprs(inputs)["EARLY_K_RELEASE"] == early
+        outputs.append(run_kernel(inputs, causal=True, **kwargs))
+    assert torch.equal(outputs[0], outputs[1])
+    assert outputs[0][: inputs.cu_seqlens_q[-1]].isfinite().all()
 
 
 @pytest.mark.skipif(not attention_hopper.HAS_GLUON, reason="this triton has no Gluon")

@@ -86,6 +86,9 @@ class AttentionConfig:
     # with ws_pingpong: the consumer warpgroups hand the tensor cores over through hardware named barriers (bar.arrive
     # / bar.sync, as FA3) instead of an mbarrier (a warpgroup barrier, one thread's arrive, try_wait). Opt-in
     ws_named_turns: bool = False
+    # Gluon prefill: a ring slot's K is handed back to the producer as soon as its QK is done and its V after its P@V
+    # (FA3's separate K / V pipelines), not both after the P@V: the next K loads a block earlier. Opt-in
+    ws_early_k_release: bool = False
     ws_stages: int = 0  # K/V ring slots of the Gluon prefill; 0 = attention_hopper.tiles_for's
     ws_paged_tma: bool = False  # Gluon prefill: paged K/V through TMA boxes of a page's keys (else cp.async gathers)
     # Gluon prefill: a persistent grid (one program per SM slot walks the tiles; the next tile's loads overlap this

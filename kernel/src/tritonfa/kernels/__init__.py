@@ -384,27 +384,49 @@ def _hopper_prefill_specs() -> list[dict[str, Any]]:
     )  # fmt: skip
     name = f"{fn.__name__}[hopper d40 CAUSAL=False PAGED=True PAGE_SIZE=64 HEADS_MAJOR]"
     specs.append(dict(name=name, fn=fn, bound_args=args, constexprs=constexprs, options=options, gluon=True))
-    # ping-pong hand-overs through named barriers (config `ws_named_turns`), with and without `ws_pv_wait_late`:
-    # 16-bit D 128 on both grids and masks, D 64 / 256, paged through TMA, fp8
-    named = [(128, causal, programs, late, False, bf16) for causal in (False, True) for programs in (0, 132)
-             for late in (False, True)]  # fmt: skip
-    named += [(64, True, 0, True, False, bf16), (256, True, 0, True, False, bf16), (128, True, 132, True, True, bf16),
-              (128, True, 132, True, False, fp8)]  # fmt: skip
-    for head_dim, causal, programs, late, paged, dtype in named:
-        inputs = _meta_inputs("hopper", dtype, dtype, head_dim, paged=paged, decode=False, features=not causal)
+    # the opt-in schedules (configs `ws_named_turns`: ping-pong hand-overs through named barriers; `ws_early_k_release`:
+    # K handed back before V; with and without `ws_pv_wait_late`): 16-bit D 128 on both grids and masks, D 64 / 256,
+    # pages through TMA and gathered, fp8 (TMA, gathered pages with V transposed or widened, K widened for a 16-bit q)
+    # (head size, causal, programs, paged, paged TMA, q dtype, kv dtype, quantize q, late, named, early)
+    schedules = [(128, causal, programs, False, False, bf16, bf16, False, late, True, False) for causal in (False, True)
+                 for programs in (0, 132) for late in (False, True)]  # fmt: skip
+    schedules += [(64, True, 0, False, False, bf16, bf16, False, True, True, False),
+                  (256, True, 0, False, False, bf16, bf16, False, True, True, False),
+                  (128, True, 132, True, True, bf16, bf16, False, True, True, False),
+                  (128, True, 132, False, False, fp8, fp8, False, True, True, False)]  # fmt: skip
+    schedules += [(128, causal, programs, False, False, bf16, bf16, False, late, named, True)
+                  for causal, programs, late, named in ((True, 132, False, False), (False, 0, False, False),
+                                                        (True, 132, True, True), (False, 132, True, True))]  # fmt: skip
+    schedules += [(64, True, 0, False, False, bf16, bf16, False, True, True, True),
+                  (256, True, 0, False, False, bf16, bf16, False, True, True, True),
+                  (128, True, 132, True, True, bf16, bf16, False, True, True, True),
+                  (128, True, 0, True, False, bf16, bf16, False, True, True, True),
+                  (128, True, 132, False, False, fp8, fp8, False, True, True, True),
+                  (128, False, 0, False, False, fp8, fp8, False, True, True, True),
+                  (128, True, 0, True, False, fp8, fp8, False, True, True, True),
+                  (128, True, 0, True, False, bf16, fp8, True, True, True, True),
+                  (128, True, 0, False, False, bf16, fp8, False, True, True, True)]  # fmt: skip
+    for head_dim, causal, programs, paged, paged_tma, q_dtype, kv_dtype, quantize_q, late, named, early in schedules:
+        inputs = _meta_inputs("hopper", q_dtype, kv_dtype, head_dim, paged=paged, decode=False, features=not causal)
         out = torch.empty(inputs["q"].shape, dtype=bf16, device="meta")
         fn, _, args, constexprs, options = attention_hopper.plan_hopper_prefill(
             inputs["q"], inputs["k"], inputs["v"], out, inputs["lse"], inputs["cu_seqlens_q"], inputs["cu_seqlens_k"],
             inputs["seqused_k"], inputs["block_table"], 0.125, causal, 1, 16, q_descale=inputs["q_descale"],
-            k_descale=inputs["k_descale"], v_descale=inputs["v_descale"], paged_tma=paged,
-            persistent_programs=programs, pv_wait_late=late, named_turns=True,
+            k_descale=inputs["k_descale"], v_descale=inputs["v_descale"], quantize_q=quantize_q, paged_tma=paged_tma,
+            persistent_programs=programs, fp8_v16=paged and kv_dtype == fp8 and head_dim == 128,
+            pv_wait_late=late, named_turns=named, early_k_release=early,
         )  # fmt: skip
-        assert constexprs["PINGPONG"] == attention_hopper.NAMED_TURNS
+        assert (constexprs["PINGPONG"] == attention_hopper.NAMED_TURNS) == named
         name = (
-            f"{fn.__name__}[hopper d{head_dim} CAUSAL={causal} PAGED={paged}{' FP8' if dtype == fp8 else ''}"
+            f"{fn.__name__}[hopper d{head_dim} CAUSAL={causal} PAGED={paged}"
+            + (f" PAGED_TMA={constexprs['PAGED_TMA']}" if paged_tma else "")
+            + (f" FP8 QUANTIZE_Q={quantize_q}" if kv_dtype == fp8 else "")
+            + (" K16" if kv_dtype == fp8 and q_dtype != fp8 and not quantize_q else "")
             + (" PERSISTENT" if programs else "")
             + (" PV_WAIT_LATE" if late else "")
-            + " NAMED_TURNS]"
+            + (" NAMED_TURNS" if named else "")
+            + (" EARLY_K_RELEASE" if early else "")
+            + "]"
         )
         specs.append(dict(name=name, fn=fn, bound_args=args, constexprs=constexprs, options=options, gluon=True))
     return specs

@@ -935,6 +935,7 @@ def _plan_hopper_prefill(
         config.ws_fp8_p_per_tile,
         config.ws_pv_wait_late,
         config.ws_named_turns,
+        config.ws_early_k_release,
     )  # fmt: skip
     return KernelLaunch(fn, grid, args, constexprs, options)
 

@@ -357,6 +357,7 @@ if HAS_GLUON:
             mbarrier.wait(kv_empty.index(s), (((it0 + j) // STAGES) & 1) ^ 1)
             mbarrier.expect(k_ready.index(s), k_desc.block_type.nbytes)
             _tma_load(k_desc, [k_row + j * BLOCK_N, kv_col], k_ready.index(s), k_bufs.index(s))
+            _wait_v_free(kv_empty, s, (((it0 + j) // STAGES) & 1) ^ 1, STAGES)
             mbarrier.expect(v_ready.index(s), v_desc.block_type.nbytes)
             if V_KEY_MAJOR:
                 _tma_load(v_desc, [kv_col, k_row + j * BLOCK_N], v_ready.index(s), v_bufs.index(s))
@@ -392,16 +393,34 @@ if HAS_GLUON:
             ids = next_ids.to(gl.int32)
             next_key0 = (j + 1) * BLOCK_N + o_chunk * CHUNK
             next_ids = _page_block_id(table_row, next_key0 // PAGE_SIZE, max_blocks, num_cache_blocks)
-            mbarrier.wait(kv_empty.index(s), (((it0 + j) // STAGES) & 1) ^ 1)
-            mbarrier.expect(k_ready.index(s), k_desc.block_type.nbytes * CHUNKS)
-            mbarrier.expect(v_ready.index(s), v_desc.block_type.nbytes * CHUNKS)
-            for c in gl.static_range(CHUNKS):
-                block_id = gl.sum(gl.where(o_chunk == c, ids, 0), axis=0)  # within each lane: no shuffles
-                slot = (j * BLOCK_N + c * CHUNK) % PAGE_SIZE
-                _tma_load(k_desc, [block_id * k_rows_per_block + k_row0 + slot, kv_head * k_cols_per_head],
-                          k_ready.index(s), k_bufs.index(s).slice(c * CHUNK, CHUNK))  # fmt: skip
-                _tma_load(v_desc, [block_id * v_rows_per_block + v_row0 + slot, kv_head * v_cols_per_head],
-                          v_ready.index(s), v_bufs.index(s).slice(c * CHUNK, CHUNK))  # fmt: skip
+            SPLIT: gl.constexpr = kv_empty.type.shape[0] == 2 * STAGES
+            if SPLIT:  # K's boxes as soon as K's slot is free, V's once V's is (see _release_k)
+                phase = (((it0 + j) // STAGES) & 1) ^ 1
+                mbarrier.wait(kv_empty.index(s), phase)
+                mbarrier.expect(k_ready.index(s), k_desc.block_type.nbytes * CHUNKS)
+                for c in gl.static_range(CHUNKS):
+                    block_id = gl.sum(gl.where(o_chunk == c, ids, 0), axis=0)
+                    slot = (j * BLOCK_N + c * CHUNK) % PAGE_SIZE
+                    _tma_load(k_desc, [block_id * k_rows_per_block + k_row0 + slot, kv_head * k_cols_per_head],
+                              k_ready.index(s), k_bufs.index(s).slice(c * CHUNK, CHUNK))  # fmt: skip
+                _wait_v_free(kv_empty, s, phase, STAGES)
+                mbarrier.expect(v_ready.index(s), v_desc.block_type.nbytes * CHUNKS)
+                for c in gl.static_range(CHUNKS):
+                    block_id = gl.sum(gl.where(o_chunk == c, ids, 0), axis=0)
+                    slot = (j * BLOCK_N + c * CHUNK) % PAGE_SIZE
+                    _tma_load(v_desc, [block_id * v_rows_per_block + v_row0 + slot, kv_head * v_cols_per_head],
+                              v_ready.index(s), v_bufs.index(s).slice(c * CHUNK, CHUNK))  # fmt: skip
+            else:
+                mbarrier.wait(kv_empty.index(s), (((it0 + j) // STAGES) & 1) ^ 1)
+                mbarrier.expect(k_ready.index(s), k_desc.block_type.nbytes * CHUNKS)
+                mbarrier.expect(v_ready.index(s), v_desc.block_type.nbytes * CHUNKS)
+                for c in gl.static_range(CHUNKS):
+                    block_id = gl.sum(gl.where(o_chunk == c, ids, 0), axis=0)  # within each lane: no shuffles
+                    slot = (j * BLOCK_N + c * CHUNK) % PAGE_SIZE
+                    _tma_load(k_desc, [block_id * k_rows_per_block + k_row0 + slot, kv_head * k_cols_per_head],
+                              k_ready.index(s), k_bufs.index(s).slice(c * CHUNK, CHUNK))  # fmt: skip
+                    _tma_load(v_desc, [block_id * v_rows_per_block + v_row0 + slot, kv_head * v_cols_per_head],
+                              v_ready.index(s), v_bufs.index(s).slice(c * CHUNK, CHUNK))  # fmt: skip
 
     @gluon.jit
     def _page_block_id(table_row, page, max_blocks, num_cache_blocks):
@@ -445,6 +464,7 @@ if HAS_GLUON:
                 p_k = k_head + (block_id * stride_k_blk + (key0 % PAGE_SIZE) * stride_k_slot) + k_rows
                 _cp_async_load(k_bufs.index(s).slice(c * CHUNK, CHUNK), p_k, mask=valid)
             async_copy.mbarrier_arrive(k_ready.index(s), increment_count=False)
+            _wait_v_free(kv_empty, s, (((it0 + j) // STAGES) & 1) ^ 1, STAGES)
             for c in gl.static_range(BLOCK_N // CHUNK):
                 key0 = j * BLOCK_N + c * CHUNK
                 block_id = _page_block_id(table_row, key0 // PAGE_SIZE, max_blocks, num_cache_blocks)
@@ -541,6 +561,7 @@ if HAS_GLUON:
                 async_copy.wait_group(0)
             _thread_barrier()  # every producer warp's rows of block j
             if v_bufs.dtype.primitive_bitwidth == 8:
+                _wait_v_free(kv_empty, s, (((it0 + j) // STAGES) & 1) ^ 1, STAGES)
                 b_v = v_stage.index(j % 2).load(layout)  # [BN, D], key 16 g + 8 b + 2 a + c as (g, b, a, c)
                 b_v = gl.reshape(b_v, [BLOCK_N // 16, 2, 4, 2, HEAD_DIM])
                 b_v = gl.reshape(gl.permute(b_v, [0, 2, 1, 3, 4]), [BLOCK_N, HEAD_DIM])  # row 16 g + 4 a + 2 b + c
@@ -553,6 +574,7 @@ if HAS_GLUON:
                     for r in gl.static_range(BLOCK_N // WIDEN_ROWS):
                         b_k = v_stage.index(2 + j % 2).slice(r * WIDEN_ROWS, WIDEN_ROWS).load(layout)
                         k_bufs.index(s).slice(r * WIDEN_ROWS, WIDEN_ROWS).store(b_k.to(k_bufs.dtype))
+                _wait_v_free(kv_empty, s, (((it0 + j) // STAGES) & 1) ^ 1, STAGES)
                 for r in gl.static_range(BLOCK_N // WIDEN_ROWS):
                     b_v = v_stage.index(j % 2).slice(r * WIDEN_ROWS, WIDEN_ROWS).load(layout)
                     v_bufs.index(s).slice(r * WIDEN_ROWS, WIDEN_ROWS).store(b_v.to(v_bufs.dtype))
@@ -602,6 +624,23 @@ if HAS_GLUON:
                 gl.inline_asm_elementwise("bar.sync 12, 256;", "=r", [], dtype=gl.int32, is_pure=False, pack=1)
             else:
                 gl.inline_asm_elementwise("bar.sync 13, 256;", "=r", [], dtype=gl.int32, is_pure=False, pack=1)
+
+    @gluon.jit
+    def _release_k(kv_empty, s, STAGES: gl.constexpr):
+        # kv_empty [2 STAGES] (EARLY_K_RELEASE, a split ring): slot s's K and V are handed back apart, K as soon as
+        # its QK is done (index s, here) and V after its P@V (index STAGES + s: V_FREE + s at the arrive), so the
+        # producer loads the next K a block earlier (FA3's separate K and V pipelines); [STAGES]: both after the P@V,
+        # through index s (V_FREE = 0)
+        SPLIT: gl.constexpr = kv_empty.type.shape[0] == 2 * STAGES
+        if SPLIT:
+            mbarrier.arrive(kv_empty.index(s), count=1)
+
+    @gluon.jit
+    def _wait_v_free(kv_empty, s, phase, STAGES: gl.constexpr):
+        # the producer before it writes V into slot s (a split ring; else its wait for the slot covered V too)
+        SPLIT: gl.constexpr = kv_empty.type.shape[0] == 2 * STAGES
+        if SPLIT:
+            mbarrier.wait(kv_empty.index(STAGES + s), phase)
 
     @gluon.jit
     def _softmax_step(b_s, m_i, l_i, j, key_shift, q_pos, seq_k_len, diagonal, qk_scale, MASKED: gl.constexpr,
@@ -728,6 +767,7 @@ if HAS_GLUON:
         # K/V blocks and wgmma turns this warpgroup has used before this tile (ring slots and phases go on).
         STAGES: gl.constexpr = k_bufs.type.shape[0]
         BLOCK_N: gl.constexpr = k_bufs.type.shape[1]
+        V_FREE: gl.constexpr = kv_empty.type.shape[0] - STAGES  # where V's hand-backs start (see _release_k)
         s = (it0 + j) % STAGES
         sp = (it0 + j - 1) % STAGES
         mbarrier.wait(k_ready.index(s), ((it0 + j) // STAGES) & 1)
@@ -739,6 +779,7 @@ if HAS_GLUON:
         o_tok = _pv_issue(p_prev, _v_operand(v_bufs, sp, V_KEY_MAJOR), b_o, o_zero, p_layout, TWO_LEVEL, CARRY_F32)
         _pass_turn(turns, WG, PINGPONG)
         b_s = warpgroup_mma_wait(num_outstanding=1, deps=(s_tok,))
+        _release_k(kv_empty, s, STAGES)
         b_p, m_i, l_i, alpha, beta = _softmax_step(b_s, m_i, l_i, j, key_shift, q_pos, seq_k_len, diagonal, qk_scale,
                                                    MASKED, CAUSAL, BLOCK_N, s_layout, ROW_SCALE, P_SCALE_LOG2,
                                                    P_PER_TILE)  # fmt: skip
@@ -750,21 +791,21 @@ if HAS_GLUON:
             # 3.6-3.9); ptxas keeps its registers until the wgmma is done
             if TWO_LEVEL:
                 b_pv = warpgroup_mma_wait(num_outstanding=0, deps=(o_tok,))
-                mbarrier.arrive(kv_empty.index(sp), count=1)
+                mbarrier.arrive(kv_empty.index(V_FREE + sp), count=1)
                 if P_PER_TILE:  # block j - 1's P@V, at its own P factor
                     b_pv = b_pv * gl.expand_dims(gl.convert_layout(beta_prev, gl.SliceLayout(1, o_layout)), 1)
                 b_o = (b_o + b_pv) * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
             else:
                 b_o = warpgroup_mma_wait(num_outstanding=0, deps=(o_tok,))
-                mbarrier.arrive(kv_empty.index(sp), count=1)
+                mbarrier.arrive(kv_empty.index(V_FREE + sp), count=1)
                 b_o = b_o * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
         elif TWO_LEVEL:
             b_pv, p_prev = warpgroup_mma_wait(num_outstanding=0, deps=(o_tok, p_prev))
-            mbarrier.arrive(kv_empty.index(sp), count=1)
+            mbarrier.arrive(kv_empty.index(V_FREE + sp), count=1)
             b_o = (b_o + b_pv) * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
         else:
             b_o, p_prev = warpgroup_mma_wait(num_outstanding=0, deps=(o_tok, p_prev))
-            mbarrier.arrive(kv_empty.index(sp), count=1)
+            mbarrier.arrive(kv_empty.index(V_FREE + sp), count=1)
             b_o = b_o * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
         return b_o, m_i, l_i, p_next, beta
 
@@ -865,6 +906,7 @@ if HAS_GLUON:
         HEAD_DIM: gl.constexpr = q_smem.type.shape[1]
         STAGES: gl.constexpr = k_bufs.type.shape[0]
         BLOCK_N: gl.constexpr = k_bufs.type.shape[1]
+        V_FREE: gl.constexpr = kv_empty.type.shape[0] - STAGES  # where V's hand-backs start (see _release_k)
         INSTR_K: gl.constexpr = 256 // q_smem.dtype.primitive_bitwidth  # wgmma's K: 16 (16-bit), 32 (fp8)
         INSTR_K_PV: gl.constexpr = 256 // v_bufs.dtype.primitive_bitwidth  # P@V's
         s_layout: gl.constexpr = gl.NVMMADistributedLayout(
@@ -916,6 +958,7 @@ if HAS_GLUON:
             s_tok = warpgroup_mma(q_low_smem, k_bufs.index(s0).permute((1, 0)), s_tok, is_async=True)
         _pass_turn(turns, WG, PINGPONG)
         b_s = warpgroup_mma_wait(num_outstanding=0, deps=(s_tok,))
+        _release_k(kv_empty, s0, STAGES)
         if first_full:
             b_p, m_i, l_i, alpha, beta = _softmax_step(b_s, m_i, l_i, 0, key_shift, q_pos, seq_k_len, diagonal,
                                                        qk_scale, False, CAUSAL, BLOCK_N, s_layout, QUANTIZE_Q,
@@ -967,7 +1010,7 @@ if HAS_GLUON:
             b_o = b_o + warpgroup_mma_wait(num_outstanding=0, deps=(o_tok,))
         else:
             b_o = warpgroup_mma_wait(num_outstanding=0, deps=(o_tok,))
-        mbarrier.arrive(kv_empty.index(s_last), count=1)
+        mbarrier.arrive(kv_empty.index(V_FREE + s_last), count=1)
 
         # Rows that saw no key have l = 0 and O = 0: divide by 1 so they come out as 0, not NaN.
         l_safe = gl.where(l_i == 0.0, 1.0, l_i)
@@ -1378,6 +1421,7 @@ if HAS_GLUON:
         # study's (b)); each block's P@V and row sum join O and l scaled by one fp32 factor per row
         P_PER_TILE: gl.constexpr,
         PV_WAIT_LATE: gl.constexpr,  # the P@V wait kept after the softmax (see _after_softmax)
+        EARLY_K_RELEASE: gl.constexpr,  # K and V slots handed back apart, K once its QK is done (see _release_k)
         QUANTIZE_Q: gl.constexpr,  # FP8 with a 16-bit q: rounded to fp8 here, per row
         Q_MAX: gl.constexpr,  # QUANTIZE_Q: the largest |q| after its row scale
         Q_SPLIT: gl.constexpr,  # QUANTIZE_Q as two fp8 terms (hi, then the rest), stacked in a Q tile of 2 BLOCK_M rows
@@ -1447,7 +1491,8 @@ if HAS_GLUON:
             q_empty = gl.allocate_shared_memory(gl.int64, [Q_BUFS, 1], mbarrier.MBarrierLayout())
             k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
             v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-            kv_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+            kv_empty = gl.allocate_shared_memory(gl.int64, [STAGES * (1 + EARLY_K_RELEASE), 1],
+                                                 mbarrier.MBarrierLayout())  # fmt: skip
             turns = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
             mbarrier.init(turns.index(0), count=1)
             mbarrier.init(turns.index(1), count=1)
@@ -1458,6 +1503,8 @@ if HAS_GLUON:
                 mbarrier.init(k_ready.index(i), count=K_READY_COUNT)
                 mbarrier.init(v_ready.index(i), count=V_READY_COUNT)
                 mbarrier.init(kv_empty.index(i), count=2)
+                if EARLY_K_RELEASE:
+                    mbarrier.init(kv_empty.index(STAGES + i), count=2)
             if DYNAMIC:  # the producer's items for the consumers (see _give_work)
                 work_ids = gl.allocate_shared_memory(gl.int32, [WORK_SLOTS, 2],
                                                      gl.SwizzledSharedLayout(1, 1, 1, order=[0]))  # fmt: skip
@@ -1521,7 +1568,7 @@ if HAS_GLUON:
                           P_SCALE_LOG2, TWO_LEVEL, P_PER_TILE,
                           PV_WAIT_LATE, QUANTIZE_Q, Q_MAX, HAS_Q_DESCALE, HAS_K_DESCALE,
                           HAS_V_DESCALE,
-                          P_CARRY_F32, num_warps, VALID_D, Q_ROWS)  # fmt: skip
+                          P_CARRY_F32, num_warps, VALID_D, Q_ROWS, EARLY_K_RELEASE)  # fmt: skip
 
     @gluon.jit
     def _tile_program(q_desc, k_desc, v_desc, q16_desc, k_ptr, v_ptr, out_ptr, lse_ptr, cu_seqlens_q_ptr,
@@ -1539,7 +1586,8 @@ if HAS_GLUON:
                       PV_WAIT_LATE: gl.constexpr,
                       QUANTIZE_Q: gl.constexpr, Q_MAX: gl.constexpr, HAS_Q_DESCALE: gl.constexpr,
                       HAS_K_DESCALE: gl.constexpr, HAS_V_DESCALE: gl.constexpr, P_CARRY_F32: gl.constexpr,
-                      num_warps: gl.constexpr, VALID_D: gl.constexpr, Q_ROWS: gl.constexpr):  # fmt: skip
+                      num_warps: gl.constexpr, VALID_D: gl.constexpr, Q_ROWS: gl.constexpr,
+                      EARLY_K_RELEASE: gl.constexpr):  # fmt: skip
         # One program per (q head, q tile slot): grid (Hq, slots). Q_ROWS: the Q tile's rows (see the kernel's)
         BLOCK_M: gl.constexpr = q_desc.block_type.shape[0]
         HEAD_DIM: gl.constexpr = q_desc.block_type.shape[1]
@@ -1582,7 +1630,8 @@ if HAS_GLUON:
                 q_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
                 k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
                 v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-                kv_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+                kv_empty = gl.allocate_shared_memory(gl.int64, [STAGES * (1 + EARLY_K_RELEASE), 1],
+                                                     mbarrier.MBarrierLayout())  # fmt: skip
                 turns = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
                 mbarrier.init(turns.index(0), count=1)
                 mbarrier.init(turns.index(1), count=1)
@@ -1595,6 +1644,8 @@ if HAS_GLUON:
                     mbarrier.init(k_ready.index(i), count=K_READY_COUNT)
                     mbarrier.init(v_ready.index(i), count=V_READY_COUNT)
                     mbarrier.init(kv_empty.index(i), count=2)  # both consumer warpgroups hand a slot back
+                    if EARLY_K_RELEASE:
+                        mbarrier.init(kv_empty.index(STAGES + i), count=2)
                 qk_scale, out_scale = _scales(softmax_scale, seq, kv_head, q_descale_ptr, k_descale_ptr, v_descale_ptr,
                                               stride_qdesc_seq, stride_qdesc_head, stride_kdesc_seq, stride_kdesc_head,
                                               stride_vdesc_seq, stride_vdesc_head, HAS_Q_DESCALE, HAS_K_DESCALE,
@@ -1666,7 +1717,8 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
                         p_carry_f32: bool = False, block_n: int = 0, dynamic: bool = False,
                         fp8_v16: bool = False, q_split: bool = False,
                         fp8_v16_contiguous: bool = False, p_per_tile: bool = False,
-                        pv_wait_late: bool = False, named_turns: bool = False):  # fmt: skip
+                        pv_wait_late: bool = False, named_turns: bool = False,
+                        early_k_release: bool = False):  # fmt: skip
     """(kernel, grid, args, constexprs, options) of one warp-specialized prefill launch; `supports` must hold.
 
     fp8 K/V: V is read from its key-major copy (`key_major_v`, made here); quantize_q rounds a 16-bit q to K's fp8
@@ -1685,7 +1737,8 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
     p_per_tile (with two_level, where P meets key-major fp8 V): P scaled per (row, key block) to fp8's max, the fp8
     error study's (b), instead of the fixed power of two. pv_wait_late: the P@V of block j - 1 waited for after the
     softmax of block j, not before it (see _after_softmax). named_turns (with pingpong): the consumers hand the
-    tensor cores over through hardware named barriers (see _wait_turn).
+    tensor cores over through hardware named barriers (see _wait_turn). early_k_release: a ring slot's K is handed
+    back once its QK is done, its V after its P@V (see _release_k).
     """
     total_q, num_q_heads, valid_d = q.shape
     head_dim = tile_head_dim(valid_d)  # the tiles' D; a smaller head size is padded (supports' pad_head_dim)
@@ -1803,6 +1856,7 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
         TWO_LEVEL=two_level,
         P_PER_TILE=p_per_tile and two_level and fp8 and not widened_v,
         PV_WAIT_LATE=pv_wait_late,
+        EARLY_K_RELEASE=early_k_release,
         QUANTIZE_Q=quantize_q,
         Q_MAX=fp8_max(k.dtype) if quantize_q else 0.0,
         Q_SPLIT=q_split,
