@@ -397,19 +397,11 @@ if HAS_GLUON:
             if SPLIT:  # K's boxes as soon as K's slot is free, V's once V's is (see _release_k)
                 phase = (((it0 + j) // STAGES) & 1) ^ 1
                 mbarrier.wait(kv_empty.index(s), phase)
-                mbarrier.expect(k_ready.index(s), k_desc.block_type.nbytes * CHUNKS)
-                for c in gl.static_range(CHUNKS):
-                    block_id = gl.sum(gl.where(o_chunk == c, ids, 0), axis=0)
-                    slot = (j * BLOCK_N + c * CHUNK) % PAGE_SIZE
-                    _tma_load(k_desc, [block_id * k_rows_per_block + k_row0 + slot, kv_head * k_cols_per_head],
-                              k_ready.index(s), k_bufs.index(s).slice(c * CHUNK, CHUNK))  # fmt: skip
+                _page_boxes(k_desc, k_ready.index(s), k_bufs.index(s), ids, o_chunk, j * BLOCK_N, k_rows_per_block,
+                            k_row0, kv_head * k_cols_per_head, PAGE_SIZE)  # fmt: skip
                 _wait_v_free(kv_empty, s, phase, STAGES)
-                mbarrier.expect(v_ready.index(s), v_desc.block_type.nbytes * CHUNKS)
-                for c in gl.static_range(CHUNKS):
-                    block_id = gl.sum(gl.where(o_chunk == c, ids, 0), axis=0)
-                    slot = (j * BLOCK_N + c * CHUNK) % PAGE_SIZE
-                    _tma_load(v_desc, [block_id * v_rows_per_block + v_row0 + slot, kv_head * v_cols_per_head],
-                              v_ready.index(s), v_bufs.index(s).slice(c * CHUNK, CHUNK))  # fmt: skip
+                _page_boxes(v_desc, v_ready.index(s), v_bufs.index(s), ids, o_chunk, j * BLOCK_N, v_rows_per_block,
+                            v_row0, kv_head * v_cols_per_head, PAGE_SIZE)  # fmt: skip
             else:
                 mbarrier.wait(kv_empty.index(s), (((it0 + j) // STAGES) & 1) ^ 1)
                 mbarrier.expect(k_ready.index(s), k_desc.block_type.nbytes * CHUNKS)
@@ -421,6 +413,17 @@ if HAS_GLUON:
                               k_ready.index(s), k_bufs.index(s).slice(c * CHUNK, CHUNK))  # fmt: skip
                     _tma_load(v_desc, [block_id * v_rows_per_block + v_row0 + slot, kv_head * v_cols_per_head],
                               v_ready.index(s), v_bufs.index(s).slice(c * CHUNK, CHUNK))  # fmt: skip
+
+    @gluon.jit
+    def _page_boxes(desc, ready, slot_buf, ids, o_chunk, key0, rows_per_block, row0, col, PAGE_SIZE: gl.constexpr):
+        # one block's keys of K or V into its ring slot through TMA, a box per page run (see _produce_paged_tma)
+        CHUNK: gl.constexpr = desc.block_type.shape[0]
+        CHUNKS: gl.constexpr = slot_buf.type.shape[0] // CHUNK
+        mbarrier.expect(ready, desc.block_type.nbytes * CHUNKS)
+        for c in gl.static_range(CHUNKS):
+            block_id = gl.sum(gl.where(o_chunk == c, ids, 0), axis=0)  # within each lane: no shuffles
+            slot = (key0 + c * CHUNK) % PAGE_SIZE
+            _tma_load(desc, [block_id * rows_per_block + row0 + slot, col], ready, slot_buf.slice(c * CHUNK, CHUNK))
 
     @gluon.jit
     def _page_block_id(table_row, page, max_blocks, num_cache_blocks):
