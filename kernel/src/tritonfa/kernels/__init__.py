@@ -417,16 +417,11 @@ def _hopper_prefill_specs() -> list[dict[str, Any]]:
             pv_wait_late=late, named_turns=named, early_k_release=early,
         )  # fmt: skip
         assert (constexprs["PINGPONG"] == attention_hopper.NAMED_TURNS) == named
-        name = (
-            f"{fn.__name__}[hopper d{head_dim} CAUSAL={causal} PAGED={paged}"
-            + (f" PAGED_TMA={constexprs['PAGED_TMA']}" if paged_tma else "")
-            + (f" FP8 QUANTIZE_Q={quantize_q}" if kv_dtype == fp8 else "")
-            + (" K16" if kv_dtype == fp8 and q_dtype != fp8 and not quantize_q else "")
-            + (" PERSISTENT" if programs else "")
-            + (" PV_WAIT_LATE" if late else "")
-            + (" NAMED_TURNS" if named else "")
-            + (" EARLY_K_RELEASE" if early else "")
-            + "]"
-        )
+        labels = [(paged_tma, f"PAGED_TMA={constexprs['PAGED_TMA']}"),
+                  (kv_dtype == fp8, f"FP8 QUANTIZE_Q={quantize_q}"),
+                  (kv_dtype == fp8 and q_dtype != fp8 and not quantize_q, "K16"), (programs, "PERSISTENT"),
+                  (late, "PV_WAIT_LATE"), (named, "NAMED_TURNS"), (early, "EARLY_K_RELEASE")]  # fmt: skip
+        suffix = "".join(f" {label}" for wanted, label in labels if wanted)
+        name = f"{fn.__name__}[hopper d{head_dim} CAUSAL={causal} PAGED={paged}{suffix}]"
         specs.append(dict(name=name, fn=fn, bound_args=args, constexprs=constexprs, options=options, gluon=True))
     return specs
