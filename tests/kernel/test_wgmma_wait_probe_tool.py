@@ -67,7 +67,7 @@ def test_the_prefill_with_ws_pv_wait_late_keeps_every_softmax_between_the_waits(
     for the previous block's P@V. Compiled in a process without the interpreter (the prefill calls @triton.jit
     helpers, which interpreter mode replaces)."""
     env = {name: value for name, value in os.environ.items() if name != "TRITON_INTERPRET"}
-    name = "hopper d128 CAUSAL=True RETURN_LSE=False PINGPONG=True PAGED=False PERSISTENT PV_WAIT_LATE"
+    name = "hopper d128 CAUSAL=True PAGED=False PERSISTENT PV_WAIT_LATE]"
     run = subprocess.run([sys.executable, str(REPO / "kernel" / "scripts" / "wgmma_wait_probe.py"), "--product",
                           "-k", name], capture_output=True, text=True, env=env, timeout=600)  # fmt: skip
     assert run.returncode == 0, run.stderr[-3000:]

@@ -296,18 +296,6 @@ def _hopper_prefill_specs() -> list[dict[str, Any]]:
                  False, True) for d in (64, 128) for causal in (False, True) for programs in (0, 132)]  # fmt: skip
     choices += [(128, False, True, False, bf16, fp8, True, True, 0, False, 132, False, 0, False, False, False, False,
                  True)]  # fmt: skip
-    choices = [(*choice, False) for choice in choices]
-    # the P@V wait after the softmax (config `ws_pv_wait_late`): 16-bit at every head size and mask, both grids, paged
-    # through TMA; the fp8 default (fp8 q, key-major V) and a quantized q with V widened
-    late = (0, False, 0, False, 0, False, False, False, False, False, True)
-    choices += [(d, causal, True, False, bf16, bf16, False, True, *late) for d in (64, 128, 256)
-                for causal in (False, True)]  # fmt: skip
-    choices += [(d, causal, True, False, bf16, bf16, False, True, 0, False, 132, *late[3:]) for d in (64, 128)
-                for causal in (False, True)]  # fmt: skip
-    choices += [(128, True, True, True, bf16, bf16, False, True, 0, True, 132, *late[3:])]
-    choices += [(128, True, True, False, fp8, fp8, False, True, 0, False, 132, *late[3:])]
-    choices += [(128, True, True, True, bf16, fp8, True, True, 0, False, 0, False, 0, False, True, False, False, False,
-                 True)]  # fmt: skip
     specs = []
     for (
         head_dim,
@@ -328,7 +316,6 @@ def _hopper_prefill_specs() -> list[dict[str, Any]]:
         q_split,
         v16_contiguous,
         p_per_tile,
-        pv_wait_late,
     ) in choices:
         inputs = _meta_inputs("hopper", q_dtype, kv_dtype, head_dim, paged=paged, decode=False,
                               features=not causal)  # fmt: skip
@@ -339,7 +326,7 @@ def _hopper_prefill_specs() -> list[dict[str, Any]]:
             inputs["q"], inputs["k"], inputs["v"], out, lse, inputs["cu_seqlens_q"], inputs["cu_seqlens_k"],
             inputs["seqused_k"], inputs["block_table"], 0.125, causal, 1, 16, pingpong,
             inputs["q_descale"], inputs["k_descale"], inputs["v_descale"], quantize_q, two_level, stages,
-            bool(paged_tma), programs, pf32, block_n, dynamic, v16, q_split, v16_contiguous, p_per_tile, pv_wait_late,
+            bool(paged_tma), programs, pf32, block_n, dynamic, v16, q_split, v16_contiguous, p_per_tile,
         )  # fmt: skip
         name = (
             f"{fn.__name__}[hopper d{head_dim} CAUSAL={causal} RETURN_LSE={lse is not None} PINGPONG={pingpong} "
@@ -356,7 +343,6 @@ def _hopper_prefill_specs() -> list[dict[str, Any]]:
             + (" Q_SPLIT" if q_split else "")
             + (" V16_CONTIGUOUS" if v16_contiguous else "")
             + (" P_PER_TILE" if p_per_tile else "")
-            + (" PV_WAIT_LATE" if pv_wait_late else "")
             + "]"
         )
         specs.append(dict(name=name, fn=fn, bound_args=args, constexprs=constexprs, options=options, gluon=True))
@@ -388,8 +374,14 @@ def _hopper_prefill_specs() -> list[dict[str, Any]]:
     # K handed back before V; with and without `ws_pv_wait_late`): 16-bit D 128 on both grids and masks, D 64 / 256,
     # pages through TMA and gathered, fp8 (TMA, gathered pages with V transposed or widened, K widened for a 16-bit q)
     # (head size, causal, programs, paged, paged TMA, q dtype, kv dtype, quantize q, late, named, early)
-    schedules = [(128, causal, programs, False, False, bf16, bf16, False, late, True, False) for causal in (False, True)
-                 for programs in (0, 132) for late in (False, True)]  # fmt: skip
+    # the P@V wait after the softmax alone: every head size and mask, both grids, paged TMA, fp8, a quantized q
+    schedules = [(d, causal, programs, False, False, bf16, bf16, False, True, False, False) for d in (64, 128, 256)
+                 for causal in (False, True) for programs in (0, 132) if d < 256 or not programs]  # fmt: skip
+    schedules += [(128, True, 132, True, True, bf16, bf16, False, True, False, False),
+                  (128, True, 132, False, False, fp8, fp8, False, True, False, False),
+                  (128, True, 0, True, False, bf16, fp8, True, True, False, False)]  # fmt: skip
+    schedules += [(128, causal, programs, False, False, bf16, bf16, False, late, True, False)
+                  for causal in (False, True) for programs in (0, 132) for late in (False, True)]  # fmt: skip
     schedules += [(64, True, 0, False, False, bf16, bf16, False, True, True, False),
                   (256, True, 0, False, False, bf16, bf16, False, True, True, False),
                   (128, True, 132, True, True, bf16, bf16, False, True, True, False),
