@@ -52,13 +52,33 @@ def test_exps_between_waits_counts_from_each_s_wait_to_the_next_wait():
     assert tool.exps_between_waits("") == []
 
 
+def run_without_interpreter(args: list[str]) -> subprocess.CompletedProcess:
+    """Gluon compiles in a fresh process without TRITON_INTERPRET: in a test worker that has run interpreted kernels,
+    the interpreter's patches of triton.language (e.g. its integer casts) leak into the compiler and break it."""
+    env = {name: value for name, value in os.environ.items() if name != "TRITON_INTERPRET"}
+    run = subprocess.run([sys.executable, *args], capture_output=True, text=True, env=env, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    return run
+
+
 def test_a_sync_that_needs_l_keeps_the_pv_wait_after_the_softmax():
     """sm_90 SASS of the probe loop (this triton's ptxas): with an mbarrier wait before the QK, as every step of the
     product has, ptxas waits for the P@V before most exponentials; a no-op warp sync guarded by a predicate on l
     keeps all 66 of them (64 of P, 2 of the rescale factor) between the S wait and the P@V wait."""
-    tool = load_tool()
-    assert tool.exps_between_waits(tool.cuda_sass(tool.compile_shape("k-wait-sync-after-softmax"))) == [66]
-    assert tool.exps_between_waits(tool.cuda_sass(tool.compile_shape("k-wait")))[0] < 33
+    tool_path = str(REPO / "kernel" / "scripts" / "wgmma_wait_probe.py")
+    code = (
+        "import importlib.util\n"
+        f"spec = importlib.util.spec_from_file_location('probe', {tool_path!r})\n"
+        "tool = importlib.util.module_from_spec(spec); spec.loader.exec_module(tool)\n"
+        "for shape in ('k-wait-sync-after-softmax', 'k-wait'):\n"
+        "    print(shape, *tool.exps_between_waits(tool.cuda_sass(tool.compile_shape(shape))))\n"
+    )
+    counts = {
+        line.split()[0]: [int(c) for c in line.split()[1:]]
+        for line in run_without_interpreter(["-c", code]).stdout.splitlines()
+    }
+    assert counts["k-wait-sync-after-softmax"] == [66], counts
+    assert counts["k-wait"][0] < 33, counts
 
 
 def test_the_prefill_with_ws_pv_wait_late_keeps_every_softmax_between_the_waits():
@@ -66,11 +86,8 @@ def test_the_prefill_with_ws_pv_wait_late_keeps_every_softmax_between_the_waits(
     four KV loops (interior and masked, two consumer warpgroups) the exponentials of a block come before the wait
     for the previous block's P@V. Compiled in a process without the interpreter (the prefill calls @triton.jit
     helpers, which interpreter mode replaces)."""
-    env = {name: value for name, value in os.environ.items() if name != "TRITON_INTERPRET"}
     name = "hopper d128 CAUSAL=True PAGED=False PERSISTENT PV_WAIT_LATE]"
-    run = subprocess.run([sys.executable, str(REPO / "kernel" / "scripts" / "wgmma_wait_probe.py"), "--product",
-                          "-k", name], capture_output=True, text=True, env=env, timeout=600)  # fmt: skip
-    assert run.returncode == 0, run.stderr[-3000:]
+    run = run_without_interpreter([str(REPO / "kernel" / "scripts" / "wgmma_wait_probe.py"), "--product", "-k", name])
     rows = [line.split() for line in run.stdout.splitlines() if name in line]
     assert len(rows) == 1, run.stdout
     counts = [int(word) for word in rows[0] if word.isdigit()]
