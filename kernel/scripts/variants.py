@@ -120,6 +120,11 @@ DECODE_VARIANTS = {
     # 16-bit paged decode (sm_90 D 128): 64-key blocks, 3 stages: 2 buffers, 72 KB, 144 registers (3 programs per SM:
     # 192 KB in flight per SM against 2 x 64 KB now)
     "prefetch-ids-bn64-s3": {"decode_prefetch_ids": True, "block_n": 64, "num_stages": 3},
+    # fp8 K decode: QK as K q^T, an fp8 wgmma over the keys, and P@V as V^T P^T (V widened into shared memory);
+    # sm_90 D 128 paged: 893 instructions per block and warp in the loop against the default's 1077
+    "keys-as-rows": {"decode_keys_as_rows": True},
+    "keys-as-rows-prefetch": {"decode_keys_as_rows": True, "decode_prefetch_ids": "fp8"},
+    "keys-as-rows-s3": {"decode_keys_as_rows": True, "num_stages": 3},
     "bn256-s3": {"block_n": 256, "num_stages": 3},
     # fewer registers per program (sm_90, fp8-KV decode tile 16 x 128 x 4 slots: 255 registers, 2 programs per SM, half
     # the bf16 decode's bytes in flight): 32-key blocks take 168 (3 programs) with 8-10 slots, 64-key ones 190-214

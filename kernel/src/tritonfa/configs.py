@@ -45,6 +45,11 @@ class AttentionConfig:
     # stages: 2 buffers, 72 KB, 144 registers: three programs per SM). "fp8": fp8 caches only; True: every cache.
     # Opt-in until measured (16-bit 128-key tiles with 4 stages would hold 3 x 64 KB: one program per SM)
     decode_prefetch_ids: bool | str = False
+    # Hopper decode tiles (< 64 rows) with an fp8 K: QK as K q^T, so the keys are the 64-row side of an fp8 wgmma
+    # that reads K from shared memory as it is (a 16-row QK is an mma.sync, fp16 only on sm_90: every K element was
+    # widened in registers); a 16-bit q as two e4m3 terms (hi + the rest: a bf16 q exactly, fp16 ~8 bits) unless
+    # fp8_q_for_fp8_kv rounds it to one. Opt-in until measured
+    decode_keys_as_rows: bool = False
     # Hopper prefill: calls the warp-specialized Gluon kernel covers (kernels/attention_hopper.py) go there
     warp_specialized: bool = False
     ws_pingpong: bool = True  # with warp_specialized: the two consumer warpgroups alternate their matmuls (FA3)

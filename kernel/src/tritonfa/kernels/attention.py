@@ -66,6 +66,7 @@ def _attend_kv_range(
     l_i,
     m_i,
     q,
+    q_lo,  # Q_SPLIT: q's second fp8 term (the rest after q's rounding)
     score_scale,  # [BM] fp32: softmax scale x descales (x q's row scale when q is quantized), natural log units
     kv_start,
     kv_end,
@@ -114,6 +115,8 @@ def _attend_kv_range(
     V_TMA: tl.constexpr,
     K_ROWS: tl.constexpr,
     PREFETCH_BLOCK_IDS: tl.constexpr,
+    KEYS_AS_ROWS: tl.constexpr,
+    Q_SPLIT: tl.constexpr,
     USE_WINDOW: tl.constexpr,
     HAS_SOFTCAP: tl.constexpr,
     HAS_ALIBI: tl.constexpr,
@@ -136,6 +139,12 @@ def _attend_kv_range(
         fold = tl.full(score_scale.shape, 1.0, tl.float32)  # [BM]
     else:
         fold = score_scale * LOG2E
+    if KEYS_AS_ROWS:
+        q_t = tl.trans(q)  # [BD, BM]
+        q_lo_t = tl.trans(q_lo)
+        # O^T = V^T P^T: the key-wide side of P@V is a wgmma too (V widened into shared memory once per block; an
+        # mma.sync reads fp8 V from shared memory a byte at a time)
+        acc_t = tl.trans(acc)  # [BDV, BM]
     if PREFETCH_BLOCK_IDS:
         i_k_first = kv_start + tl.arange(0, BLOCK_N)
         i_block_next = tl.load(block_table_ptr + i_k_first // PAGE_SIZE, mask=i_k_first < seq_k_len, other=0)
@@ -181,17 +190,21 @@ def _attend_kv_range(
         if USE_TMA:
             # Tensor descriptors (TMA on Hopper): rows past the tensor read as 0; rows of the next sequence or past
             # the sequence's end in its last page are masked.
-            b_k = k_desc.load([i_k_tma_row, kv_head * HEAD_DIM]).T  # [BD, BN]
-        elif K_ROWS:
-            # K read like V, [BN, BD] (key offsets in the same layout as V's, computed once), transposed in shared
-            # memory for the dot
+            b_k = k_desc.load([i_k_tma_row, kv_head * HEAD_DIM])  # [BN, BD]
+            if not KEYS_AS_ROWS:
+                b_k = b_k.T  # [BD, BN]
+        elif K_ROWS or KEYS_AS_ROWS:
+            # K read like V, [BN, BD] (key offsets in the same layout as V's, computed once); for q K^T transposed in
+            # shared memory for the dot
             p_k = k_ptr + kv_head * stride_k_head + o_k_row[:, None] + o_d[None, :] * stride_k_dim  # [BN, BD]
             if MASKED:
-                b_k = tl.load(p_k, mask=m_k[:, None] & m_d[None, :], other=0.0).T
+                b_k = tl.load(p_k, mask=m_k[:, None] & m_d[None, :], other=0.0)
             elif BLOCK_D == HEAD_DIM:
-                b_k = tl.load(p_k).T
+                b_k = tl.load(p_k)
             else:
-                b_k = tl.load(p_k, mask=m_d[None, :], other=0.0).T
+                b_k = tl.load(p_k, mask=m_d[None, :], other=0.0)
+            if not KEYS_AS_ROWS:
+                b_k = b_k.T  # [BD, BN]
         else:
             p_k = k_ptr + kv_head * stride_k_head + o_k_row[None, :] + o_d[:, None] * stride_k_dim  # [BD, BN]
             if MASKED:
@@ -217,7 +230,14 @@ def _attend_kv_range(
             else:
                 b_v = tl.load(p_v, mask=m_dv[None, :], other=0.0)
 
-        b_s = tl.dot(q, b_k.to(QK_DTYPE), input_precision=DOT_PRECISION)  # [BM, BN]
+        if KEYS_AS_ROWS:
+            # K q^T: the keys are the MMA's rows, so K goes from shared memory into an fp8 wgmma as it is
+            b_st = tl.dot(b_k.to(QK_DTYPE), q_t, input_precision=DOT_PRECISION)  # [BN, BM]
+            if Q_SPLIT:
+                b_st = tl.dot(b_k.to(QK_DTYPE), q_lo_t, b_st, input_precision=DOT_PRECISION)
+            b_s = b_st.T  # [BM, BN]
+        else:
+            b_s = tl.dot(q, b_k.to(QK_DTYPE), input_precision=DOT_PRECISION)  # [BM, BN]
         if TRANSFORMED:
             # log2-domain scores with the scale applied
             if HAS_SOFTCAP:
@@ -266,9 +286,15 @@ def _attend_kv_range(
         else:
             b_p = tl.exp2(b_s * fold[:, None] - m_safe[:, None])  # [BM, BN]
             l_i = l_i * alpha + tl.sum(b_p, 1)
-            acc = acc * alpha[:, None]
-            acc += tl.dot(b_p.to(PV_DTYPE), b_v.to(PV_DTYPE), input_precision=DOT_PRECISION)
+            if KEYS_AS_ROWS:
+                acc_t = acc_t * alpha[None, :]
+                acc_t = tl.dot(b_v.to(PV_DTYPE).T, b_p.to(PV_DTYPE).T, acc_t, input_precision=DOT_PRECISION)
+            else:
+                acc = acc * alpha[:, None]
+                acc += tl.dot(b_p.to(PV_DTYPE), b_v.to(PV_DTYPE), input_precision=DOT_PRECISION)
         m_i = m_new
+    if KEYS_AS_ROWS:
+        acc = tl.trans(acc_t)
     return acc, l_i, m_i
 
 
@@ -381,6 +407,8 @@ def attention_fwd_kernel(
     # (H200: paged prefill 1.26 -> 1.11 ms); 16-bit decode tiles lost 70% with it (session 3; likely the shared
     # memory of the deeper pipeline it gives: one program per SM) and load in the step
     PREFETCH_BLOCK_IDS: tl.constexpr,
+    KEYS_AS_ROWS: tl.constexpr,  # QK as K q^T (Hopper decode tiles with fp8 K: an fp8 wgmma over the keys)
+    Q_SPLIT: tl.constexpr,  # SCALE_Q into fp8: q as two fp8 terms, hi + the rest (KEYS_AS_ROWS only)
     HAS_SEQUSED: tl.constexpr,
     USE_WINDOW: tl.constexpr,
     HAS_SOFTCAP: tl.constexpr,
@@ -474,10 +502,16 @@ def attention_fwd_kernel(
         b_q_f32 = b_q.to(tl.float32)
         q_amax = tl.max(tl.abs(b_q_f32), 1)  # [BM]
         q_row_scale = tl.where(q_amax > 0.0, tl.exp2(tl.ceil(tl.log2(tl.maximum(q_amax, 1e-30) / Q_MAX))), 1.0)
-        b_q = (b_q_f32 * (1.0 / q_row_scale)[:, None]).to(QK_DTYPE)  # exact: a power of two
+        b_q_scaled = b_q_f32 * (1.0 / q_row_scale)[:, None]  # exact: a power of two
+        b_q = b_q_scaled.to(QK_DTYPE)
+        if Q_SPLIT:
+            b_q_lo = (b_q_scaled - b_q.to(tl.float32)).to(QK_DTYPE)  # [BM, BD]
+        else:
+            b_q_lo = b_q
         score_scale = qk_scale * q_row_scale  # [BM]
     else:
         b_q = b_q.to(QK_DTYPE)
+        b_q_lo = b_q
         score_scale = tl.full([BLOCK_M], 1.0, tl.float32) * qk_scale  # [BM]
 
     if HAS_ALIBI:
@@ -540,14 +574,15 @@ def attention_fwd_kernel(
         range_lo = kv_lo if part == 0 else (mid_lo if part == 1 else mid_hi)
         range_hi = mid_lo if part == 0 else (mid_hi if part == 1 else kv_hi)
         acc, l_i, m_i = _attend_kv_range(
-            acc, l_i, m_i, b_q, score_scale, range_lo, range_hi, k_ptr, v_ptr, k_desc, v_desc, block_table_row,
+            acc, l_i, m_i, b_q, b_q_lo, score_scale, range_lo, range_hi, k_ptr, v_ptr, k_desc, v_desc, block_table_row,
             bias_base, kv_head, seq_k_start, seq_k_len, num_blocks, q_idx, row_valid, head_of_row,
             alibi_slope_log2, softcap, diagonal, window_left, window_right, bias_len_q, bias_len_k,
             stride_k_block, stride_k_tok, stride_k_head, stride_k_dim,
             stride_v_block, stride_v_tok, stride_v_head, stride_v_dim,
             stride_bias_head, stride_bias_q, stride_bias_k,
             HEAD_DIM, HEAD_DIM_V, BLOCK_D, BLOCK_DV, BLOCK_N, part != 1, PAGED, PAGE_SIZE, CACHE_OFFSETS_32, USE_TMA,
-            V_KEY_MAJOR, V_TMA, K_ROWS, PREFETCH_BLOCK_IDS, USE_WINDOW, HAS_SOFTCAP, HAS_ALIBI, HAS_BIAS, QK_DTYPE,
+            V_KEY_MAJOR, V_TMA, K_ROWS, PREFETCH_BLOCK_IDS, KEYS_AS_ROWS, Q_SPLIT, USE_WINDOW, HAS_SOFTCAP,
+            HAS_ALIBI, HAS_BIAS, QK_DTYPE,
             PV_DTYPE, V_IS_FP8, P_TILE_MAX, P_TILE_MAX_LOG2, DOT_PRECISION,
         )  # fmt: skip
 
@@ -745,6 +780,17 @@ def quantizes_q(arch: str, config: AttentionConfig, q: torch.dtype, k: torch.dty
     rounding error (3 mantissa bits for e4m3). The default runs such a QK dot in fp16, exactly.
     """
     return config.fp8_q_for_fp8_kv and q in (torch.float16, torch.bfloat16) and is_fp8(k) and native_fp8_dot(arch, k)
+
+
+def keys_as_rows(arch: str, config: AttentionConfig, q: torch.dtype, k: torch.dtype) -> bool:
+    """Whether a Hopper decode tile runs QK as K q^T, an fp8 wgmma over the keys (`decode_keys_as_rows`, opt-in).
+
+    For q of K's fp8 type, or a 16-bit q with e4m3 K (q rounded per row into two e4m3 terms, or one with
+    fp8_q_for_fp8_kv).
+    """
+    if not (config.decode_keys_as_rows and arch == "hopper" and config.block_m < 64 and is_fp8(k)):
+        return False
+    return native_fp8_dot(arch, k) and (q == k or (q in (torch.float16, torch.bfloat16) and k == torch.float8_e4m3fn))
 
 
 def dot_precision(arch: str, qk_dtype: torch.dtype, pv_dtype: torch.dtype) -> str:
@@ -994,7 +1040,9 @@ def _plan_launch(
     else:
         split_out = split_lse = q  # never dereferenced (SPLIT_KV is off)
 
-    quantize_q = quantizes_q(arch, config, q.dtype, k.dtype)
+    keys_rows = keys_as_rows(arch, config, q.dtype, k.dtype)
+    q_split = keys_rows and q.dtype != k.dtype and not config.fp8_q_for_fp8_kv
+    quantize_q = quantizes_q(arch, config, q.dtype, k.dtype) or (keys_rows and q.dtype != k.dtype)
     scale_q = quantize_q or (q.dtype == torch.bfloat16 and is_fp8(k.dtype))
     q_compute = k.dtype if quantize_q else (torch.float16 if scale_q else q.dtype)
     qk_dtype, pv_dtype = _dot_dtypes(arch, q_compute, k.dtype, v.dtype, config.block_m)
@@ -1097,6 +1145,8 @@ def _plan_launch(
             or config.decode_prefetch_ids is True
             or (config.decode_prefetch_ids == "fp8" and k.element_size() == 1)
         ),
+        KEYS_AS_ROWS=keys_rows,
+        Q_SPLIT=q_split,
         HAS_SEQUSED=seqused_k is not None,
         USE_WINDOW=window_left >= 0 or window_right >= 0,
         HAS_SOFTCAP=softcap > 0.0,
