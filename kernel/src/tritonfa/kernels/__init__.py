@@ -155,8 +155,9 @@ def cross_compile_specs(arch: str) -> list[dict[str, Any]]:
         prefetch_16_bit = {"hopper": {"decode_prefetch_ids": True, "block_n": 64, "num_stages": 3}}
         plans.append((functools.partial(_plan_with_override, json.dumps(prefetch_16_bit)), (True,)))
         # the opt-in fp8 QK over the keys in decode tiles (config `decode_keys_as_rows`)
-        keys_as_rows = {"hopper": {"decode_keys_as_rows": True}}
-        plans.append((functools.partial(_plan_with_override, json.dumps(keys_as_rows)), (True,)))
+        for keys_as_rows in (True, "v-registers"):
+            override = {"hopper": {"decode_keys_as_rows": keys_as_rows}}
+            plans.append((functools.partial(_plan_with_override, json.dumps(override)), (True,)))
     combos = [
         (head_dim, variant, decode, plan)
         for plan, decodes in plans
@@ -192,7 +193,7 @@ def cross_compile_specs(arch: str) -> list[dict[str, Any]]:
                     )
                 )  # fmt: skip
                 + (" PREFETCH_IDS" if c.get("PREFETCH_BLOCK_IDS") and c.get("BLOCK_M", 0) < 64 else "")
-                + (" KEYS_AS_ROWS" if c.get("KEYS_AS_ROWS") else "")
+                + (f" KEYS_AS_ROWS={c['KEYS_AS_ROWS']}" if c.get("KEYS_AS_ROWS") else "")
                 + (" Q_SPLIT" if c.get("Q_SPLIT") else "")
                 + f" w{launch.options['num_warps']} s{launch.options['num_stages']}]"
             )

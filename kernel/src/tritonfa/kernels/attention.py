@@ -221,6 +221,16 @@ def _attend_kv_range(
                 b_v = v_desc.load([i_v_tma_row, kv_head * HEAD_DIM_V])  # [BN, BDV]
             if MASKED:
                 b_v = tl.where(m_k[:, None], b_v, 0.0)  # 0 * (a NaN of the next sequence) would be NaN
+        elif KEYS_AS_ROWS == 1:
+            # V^T, the A operand of O^T = V^T P^T, loaded as such: through the shared-memory pipeline, read back a
+            # byte at a time (KEYS_AS_ROWS 2: rows into registers, 16 bytes a load, widened and transposed there)
+            p_v = v_ptr + kv_head * stride_v_head + o_v_row[None, :] + o_dv[:, None] * stride_v_dim  # [BDV, BN]
+            if MASKED:
+                b_v = tl.load(p_v, mask=m_dv[:, None] & m_k[None, :], other=0.0)
+            elif BLOCK_DV == HEAD_DIM_V:
+                b_v = tl.load(p_v)
+            else:
+                b_v = tl.load(p_v, mask=m_dv[:, None], other=0.0)
         else:
             p_v = v_ptr + kv_head * stride_v_head + o_v_row[:, None] + o_dv[None, :] * stride_v_dim  # [BN, BDV]
             if MASKED:
@@ -288,7 +298,8 @@ def _attend_kv_range(
             l_i = l_i * alpha + tl.sum(b_p, 1)
             if KEYS_AS_ROWS:
                 acc_t = acc_t * alpha[None, :]
-                acc_t = tl.dot(b_v.to(PV_DTYPE).T, b_p.to(PV_DTYPE).T, acc_t, input_precision=DOT_PRECISION)
+                b_v_t = b_v.to(PV_DTYPE) if KEYS_AS_ROWS == 1 else b_v.to(PV_DTYPE).T  # [BDV, BN]
+                acc_t = tl.dot(b_v_t, b_p.to(PV_DTYPE).T, acc_t, input_precision=DOT_PRECISION)
             else:
                 acc = acc * alpha[:, None]
                 acc += tl.dot(b_p.to(PV_DTYPE), b_v.to(PV_DTYPE), input_precision=DOT_PRECISION)
@@ -407,7 +418,9 @@ def attention_fwd_kernel(
     # (H200: paged prefill 1.26 -> 1.11 ms); 16-bit decode tiles lost 70% with it (session 3; likely the shared
     # memory of the deeper pipeline it gives: one program per SM) and load in the step
     PREFETCH_BLOCK_IDS: tl.constexpr,
-    KEYS_AS_ROWS: tl.constexpr,  # QK as K q^T (Hopper decode tiles with fp8 K: an fp8 wgmma over the keys)
+    # Hopper decode tiles with fp8 K: QK as K q^T (an fp8 wgmma over the keys) and P@V as V^T P^T; 1: V^T through
+    # the shared-memory pipeline, 2: V rows loaded into registers; 0: off
+    KEYS_AS_ROWS: tl.constexpr,
     Q_SPLIT: tl.constexpr,  # SCALE_Q into fp8: q as two fp8 terms, hi + the rest (KEYS_AS_ROWS only)
     HAS_SEQUSED: tl.constexpr,
     USE_WINDOW: tl.constexpr,
@@ -1145,7 +1158,7 @@ def _plan_launch(
             or config.decode_prefetch_ids is True
             or (config.decode_prefetch_ids == "fp8" and k.element_size() == 1)
         ),
-        KEYS_AS_ROWS=keys_rows,
+        KEYS_AS_ROWS=(2 if config.decode_keys_as_rows == "v-registers" else 1) if keys_rows else 0,
         Q_SPLIT=q_split,
         HAS_SEQUSED=seqused_k is not None,
         USE_WINDOW=window_left >= 0 or window_right >= 0,
