@@ -3,6 +3,7 @@ contiguous K/V (TRITONFA_ARCH=hopper; the interpreter executes descriptor loads)
 fp8 KV cache, splits sized on the device, and a mixed batch's two launches.
 """
 
+import dataclasses
 import json
 
 import pytest
@@ -240,15 +241,14 @@ def test_paged_fp8_decode_with_block_ids_a_step_ahead(monkeypatch, kv_dtype, til
 @pytest.mark.parametrize("q_dtype", [torch.bfloat16, torch.float16, torch.float8_e4m3fn])
 @pytest.mark.parametrize("kv_layout", ["paged", "contiguous"])
 @pytest.mark.parametrize("head_size", [64, 128])
-@pytest.mark.parametrize("setting", [True, "v-registers"])
-def test_decode_keys_as_rows(monkeypatch, q_dtype, kv_layout, head_size, setting):
+def test_decode_keys_as_rows(monkeypatch, q_dtype, kv_layout, head_size):
     """Opt-in `decode_keys_as_rows`: fp8-K decode tiles compute S^T = K q^T (keys as the wgmma's rows, K read as
     fp8) and O^T = V^T P^T. A 16-bit q is split into two e4m3 terms, so the error stays within the 16-bit
     reference's (a single fp8 term would not: 3 mantissa bits of q); NaN page slots, a context shorter than one key
     block, q-len 4, splits and a window."""
     monkeypatch.setenv("TRITONFA_ARCH", "hopper")
     monkeypatch.setenv(
-        "TRITONFA_CONFIG", json.dumps({"hopper": {"warp_specialized": False, "decode_keys_as_rows": setting}})
+        "TRITONFA_CONFIG", json.dumps({"hopper": {"warp_specialized": False, "decode_keys_as_rows": True}})
     )
     seqlens_q = [1, 1, 4, 1, 2]
     seqlens_k = [scaled(300, 3000), 17, scaled(129, 1025), 1, 0]
@@ -256,11 +256,21 @@ def test_decode_keys_as_rows(monkeypatch, q_dtype, kv_layout, head_size, setting
                          kv_dtype=torch.float8_e4m3fn, kv_layout=kv_layout)  # fmt: skip
     [decode] = _plan(inputs, "hopper")
     c = decode.constexprs
-    assert c["BLOCK_M"] < 64 and c["KEYS_AS_ROWS"] == (1 if setting is True else 2)
+    assert c["BLOCK_M"] < 64 and c["KEYS_AS_ROWS"] == 2  # V read as words
     assert c["Q_SPLIT"] == (q_dtype != torch.float8_e4m3fn)
     q_terms = 2 if c["Q_SPLIT"] else 0
-    for kwargs in ({}, {"num_splits": 3}, {"window_size": (70, 0)}, {"softcap": 30.0}):
-        check_low_precision(inputs, causal=True, lse_extra=fp8_qk_accumulation_bound(inputs, kwargs, q_terms), **kwargs)
+    for kwargs in ({"num_splits": 3}, {"window_size": (70, 0)}, {"softcap": 30.0}, {}):
+        out = check_low_precision(
+            inputs, causal=True, lse_extra=fp8_qk_accumulation_bound(inputs, kwargs, q_terms), **kwargs
+        )
+    # V that cannot be read as aligned words (an odd start) is read as V^T bytes
+    v_odd = torch.empty(inputs.v.numel() + 1, dtype=inputs.v.dtype, device=inputs.v.device)[1:].view(inputs.v.shape)
+    v_odd.copy_(inputs.v)
+    odd = dataclasses.replace(inputs, v=v_odd)
+    assert _plan(odd, "hopper")[0].constexprs["KEYS_AS_ROWS"] == 1
+    torch.testing.assert_close(
+        check_low_precision(odd, causal=True, lse_extra=fp8_qk_accumulation_bound(odd, {}, q_terms)), out
+    )
     # the setting is Hopper's and decode tiles' only
     assert not _plan(inputs, "ampere")[0].constexprs["KEYS_AS_ROWS"]
     sixteen = make_inputs(seqlens_q, seqlens_k, num_heads=(8, 2), head_size=head_size, kv_layout=kv_layout)

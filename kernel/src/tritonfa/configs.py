@@ -48,9 +48,9 @@ class AttentionConfig:
     # Hopper decode tiles (< 64 rows) with an fp8 K: QK as K q^T, so the keys are the 64-row side of an fp8 wgmma
     # that reads K from shared memory as it is (a 16-row QK is an mma.sync, fp16 only on sm_90: every K element was
     # widened in registers); a 16-bit q as two e4m3 terms (hi + the rest: a bf16 q exactly, fp16 ~8 bits) unless
-    # fp8_q_for_fp8_kv rounds it to one; P@V as V^T P^T, V^T through the shared-memory pipeline (True) or V's rows
-    # loaded into registers and widened there ("v-registers"). Opt-in until measured
-    decode_keys_as_rows: bool | str = False
+    # fp8_q_for_fp8_kv rounds it to one; P@V as V^T P^T, a 16-bit wgmma, V widened four values per word. Opt-in
+    # until measured
+    decode_keys_as_rows: bool = False
     # Hopper prefill: calls the warp-specialized Gluon kernel covers (kernels/attention_hopper.py) go there
     warp_specialized: bool = False
     ws_pingpong: bool = True  # with warp_specialized: the two consumer warpgroups alternate their matmuls (FA3)

@@ -155,9 +155,8 @@ def cross_compile_specs(arch: str) -> list[dict[str, Any]]:
         prefetch_16_bit = {"hopper": {"decode_prefetch_ids": True, "block_n": 64, "num_stages": 3}}
         plans.append((functools.partial(_plan_with_override, json.dumps(prefetch_16_bit)), (True,)))
         # the opt-in fp8 QK over the keys in decode tiles (config `decode_keys_as_rows`)
-        for keys_as_rows in (True, "v-registers"):
-            override = {"hopper": {"decode_keys_as_rows": keys_as_rows}}
-            plans.append((functools.partial(_plan_with_override, json.dumps(override)), (True,)))
+        keys_as_rows = {"hopper": {"decode_keys_as_rows": True}}
+        plans.append((functools.partial(_plan_with_override, json.dumps(keys_as_rows)), (True,)))
     combos = [
         (head_dim, variant, decode, plan)
         for plan, decodes in plans

@@ -61,6 +61,29 @@ def _tanh(x):
 
 
 @triton.jit
+def _widen_e4m3_words(words, ASM: tl.constexpr):
+    """[R, C] 32-bit words of four e4m3 values (little-endian) -> [R, 4 C] fp16.
+
+    Triton's own fp8 -> fp16 conversion of a loaded fp8 tensor splits the loaded words into bytes and packs pairs
+    again (sm_90: ~3 instructions per value); two cvt.f16x2.e4m3x2 per word need none of that. ASM off (the
+    interpreter has no PTX): the same values through Triton's conversions.
+    """
+    if ASM:
+        e0, e1, e2, e3 = tl.inline_asm_elementwise(
+            "{ .reg .b16 lo, hi; .reg .b32 a, b; mov.b32 {lo, hi}, $4; cvt.rn.f16x2.e4m3x2 a, lo; "
+            "cvt.rn.f16x2.e4m3x2 b, hi; mov.b32 {$0, $1}, a; mov.b32 {$2, $3}, b; }",
+            "=h,=h,=h,=h,r", [words], dtype=(tl.float16, tl.float16, tl.float16, tl.float16), is_pure=True, pack=1,
+        )  # fmt: skip
+    else:
+        e0 = (words & 0xFF).to(tl.uint8).to(tl.float8e4nv, bitcast=True).to(tl.float16)
+        e1 = ((words >> 8) & 0xFF).to(tl.uint8).to(tl.float8e4nv, bitcast=True).to(tl.float16)
+        e2 = ((words >> 16) & 0xFF).to(tl.uint8).to(tl.float8e4nv, bitcast=True).to(tl.float16)
+        e3 = ((words >> 24) & 0xFF).to(tl.uint8).to(tl.float8e4nv, bitcast=True).to(tl.float16)
+    x = tl.join(tl.join(e0, e2), tl.join(e1, e3))  # [R, C, 2, 2], e_(2 a + b) at [r, c, a, b]: join adds a last axis
+    return tl.reshape(x, [words.shape[0], words.shape[1] * 4])
+
+
+@triton.jit
 def _attend_kv_range(
     acc,
     l_i,
@@ -117,6 +140,7 @@ def _attend_kv_range(
     PREFETCH_BLOCK_IDS: tl.constexpr,
     KEYS_AS_ROWS: tl.constexpr,
     Q_SPLIT: tl.constexpr,
+    WIDEN_ASM: tl.constexpr,
     USE_WINDOW: tl.constexpr,
     HAS_SOFTCAP: tl.constexpr,
     HAS_ALIBI: tl.constexpr,
@@ -222,8 +246,7 @@ def _attend_kv_range(
             if MASKED:
                 b_v = tl.where(m_k[:, None], b_v, 0.0)  # 0 * (a NaN of the next sequence) would be NaN
         elif KEYS_AS_ROWS == 1:
-            # V^T, the A operand of O^T = V^T P^T, loaded as such: through the shared-memory pipeline, read back a
-            # byte at a time (KEYS_AS_ROWS 2: rows into registers, 16 bytes a load, widened and transposed there)
+            # V^T, the A operand of O^T = V^T P^T, loaded as such: read back from shared memory a byte at a time
             p_v = v_ptr + kv_head * stride_v_head + o_v_row[None, :] + o_dv[:, None] * stride_v_dim  # [BDV, BN]
             if MASKED:
                 b_v = tl.load(p_v, mask=m_dv[:, None] & m_k[None, :], other=0.0)
@@ -231,6 +254,19 @@ def _attend_kv_range(
                 b_v = tl.load(p_v)
             else:
                 b_v = tl.load(p_v, mask=m_dv[:, None], other=0.0)
+        elif KEYS_AS_ROWS == 2:
+            # V's rows as 32-bit words of four e4m3 values (the launcher checked: stride_v_dim 1, the other strides,
+            # V's address and HEAD_DIM_V multiples of 4), widened to fp16 two values per instruction
+            o_w = tl.arange(0, BLOCK_DV // 4)
+            p_v_row = (v_ptr + kv_head * stride_v_head + o_v_row[:, None]).to(tl.pointer_type(tl.int32), bitcast=True)
+            p_vw = p_v_row + o_w[None, :]  # [BN, BDV / 4]
+            if MASKED:
+                b_vw = tl.load(p_vw, mask=m_k[:, None] & (o_w * 4 < HEAD_DIM_V)[None, :], other=0)
+            elif BLOCK_DV == HEAD_DIM_V:
+                b_vw = tl.load(p_vw)
+            else:
+                b_vw = tl.load(p_vw, mask=(o_w * 4 < HEAD_DIM_V)[None, :], other=0)
+            b_v = _widen_e4m3_words(b_vw, WIDEN_ASM)  # [BN, BDV] fp16
         else:
             p_v = v_ptr + kv_head * stride_v_head + o_v_row[:, None] + o_dv[None, :] * stride_v_dim  # [BN, BDV]
             if MASKED:
@@ -298,7 +334,7 @@ def _attend_kv_range(
             l_i = l_i * alpha + tl.sum(b_p, 1)
             if KEYS_AS_ROWS:
                 acc_t = acc_t * alpha[None, :]
-                b_v_t = b_v.to(PV_DTYPE) if KEYS_AS_ROWS == 1 else b_v.to(PV_DTYPE).T  # [BDV, BN]
+                b_v_t = b_v.to(PV_DTYPE) if KEYS_AS_ROWS == 1 else b_v.T  # [BDV, BN]
                 acc_t = tl.dot(b_v_t, b_p.to(PV_DTYPE).T, acc_t, input_precision=DOT_PRECISION)
             else:
                 acc = acc * alpha[:, None]
@@ -418,10 +454,11 @@ def attention_fwd_kernel(
     # (H200: paged prefill 1.26 -> 1.11 ms); 16-bit decode tiles lost 70% with it (session 3; likely the shared
     # memory of the deeper pipeline it gives: one program per SM) and load in the step
     PREFETCH_BLOCK_IDS: tl.constexpr,
-    # Hopper decode tiles with fp8 K: QK as K q^T (an fp8 wgmma over the keys) and P@V as V^T P^T; 1: V^T through
-    # the shared-memory pipeline, 2: V rows loaded into registers; 0: off
+    # Hopper decode tiles with fp8 K: QK as K q^T (an fp8 wgmma over the keys) and P@V as V^T P^T; V loaded as V^T
+    # bytes (1) or, where V's strides allow, as rows of 32-bit words widened four values at a time (2); 0: off
     KEYS_AS_ROWS: tl.constexpr,
     Q_SPLIT: tl.constexpr,  # SCALE_Q into fp8: q as two fp8 terms, hi + the rest (KEYS_AS_ROWS only)
+    WIDEN_ASM: tl.constexpr,  # KEYS_AS_ROWS 2: widen with PTX (off in the interpreter)
     HAS_SEQUSED: tl.constexpr,
     USE_WINDOW: tl.constexpr,
     HAS_SOFTCAP: tl.constexpr,
@@ -594,7 +631,7 @@ def attention_fwd_kernel(
             stride_v_block, stride_v_tok, stride_v_head, stride_v_dim,
             stride_bias_head, stride_bias_q, stride_bias_k,
             HEAD_DIM, HEAD_DIM_V, BLOCK_D, BLOCK_DV, BLOCK_N, part != 1, PAGED, PAGE_SIZE, CACHE_OFFSETS_32, USE_TMA,
-            V_KEY_MAJOR, V_TMA, K_ROWS, PREFETCH_BLOCK_IDS, KEYS_AS_ROWS, Q_SPLIT, USE_WINDOW, HAS_SOFTCAP,
+            V_KEY_MAJOR, V_TMA, K_ROWS, PREFETCH_BLOCK_IDS, KEYS_AS_ROWS, Q_SPLIT, WIDEN_ASM, USE_WINDOW, HAS_SOFTCAP,
             HAS_ALIBI, HAS_BIAS, QK_DTYPE,
             PV_DTYPE, V_IS_FP8, P_TILE_MAX, P_TILE_MAX_LOG2, DOT_PRECISION,
         )  # fmt: skip
@@ -804,6 +841,13 @@ def keys_as_rows(arch: str, config: AttentionConfig, q: torch.dtype, k: torch.dt
     if not (config.decode_keys_as_rows and arch == "hopper" and config.block_m < 64 and is_fp8(k)):
         return False
     return native_fp8_dot(arch, k) and (q == k or (q in (torch.float16, torch.bfloat16) and k == torch.float8_e4m3fn))
+
+
+def _v_as_words(v: torch.Tensor, head_dim_v: int) -> bool:
+    """Whether every row of e4m3 V can be read as 32-bit words (keys-as-rows decode tiles)."""
+    if v.dtype != torch.float8_e4m3fn or v.stride(-1) != 1 or head_dim_v % 4:
+        return False
+    return v.data_ptr() % 4 == 0 and all(stride % 4 == 0 for stride in v.stride()[:-1])
 
 
 def dot_precision(arch: str, qk_dtype: torch.dtype, pv_dtype: torch.dtype) -> str:
@@ -1158,8 +1202,9 @@ def _plan_launch(
             or config.decode_prefetch_ids is True
             or (config.decode_prefetch_ids == "fp8" and k.element_size() == 1)
         ),
-        KEYS_AS_ROWS=(2 if config.decode_keys_as_rows == "v-registers" else 1) if keys_rows else 0,
+        KEYS_AS_ROWS=(2 if _v_as_words(v, head_dim_v) else 1) if keys_rows else 0,
         Q_SPLIT=q_split,
+        WIDEN_ASM=os.environ.get("TRITON_INTERPRET") != "1",  # the interpreter runs no PTX
         HAS_SEQUSED=seqused_k is not None,
         USE_WINDOW=window_left >= 0 or window_right >= 0,
         HAS_SOFTCAP=softcap > 0.0,
