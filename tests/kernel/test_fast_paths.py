@@ -241,14 +241,18 @@ def test_paged_fp8_decode_with_block_ids_a_step_ahead(monkeypatch, kv_dtype, til
 @pytest.mark.parametrize("q_dtype", [torch.bfloat16, torch.float16, torch.float8_e4m3fn])
 @pytest.mark.parametrize("kv_layout", ["paged", "contiguous"])
 @pytest.mark.parametrize("head_size", [64, 128])
-def test_decode_keys_as_rows(monkeypatch, q_dtype, kv_layout, head_size):
+@pytest.mark.parametrize("prefetch_ids", [False, "fp8"])
+def test_decode_keys_as_rows(monkeypatch, q_dtype, kv_layout, head_size, prefetch_ids):
     """Opt-in `decode_keys_as_rows`: fp8-K decode tiles compute S^T = K q^T (keys as the wgmma's rows, K read as
     fp8) and O^T = V^T P^T. A 16-bit q is split into two e4m3 terms, so the error stays within the 16-bit
     reference's (a single fp8 term would not: 3 mantissa bits of q); NaN page slots, a context shorter than one key
     block, q-len 4, splits and a window."""
     monkeypatch.setenv("TRITONFA_ARCH", "hopper")
     monkeypatch.setenv(
-        "TRITONFA_CONFIG", json.dumps({"hopper": {"warp_specialized": False, "decode_keys_as_rows": True}})
+        "TRITONFA_CONFIG",
+        json.dumps(
+            {"hopper": {"warp_specialized": False, "decode_keys_as_rows": True, "decode_prefetch_ids": prefetch_ids}}
+        ),
     )
     seqlens_q = [1, 1, 4, 1, 2]
     seqlens_k = [scaled(300, 3000), 17, scaled(129, 1025), 1, 0]
@@ -258,6 +262,7 @@ def test_decode_keys_as_rows(monkeypatch, q_dtype, kv_layout, head_size):
     c = decode.constexprs
     assert c["BLOCK_M"] < 64 and c["KEYS_AS_ROWS"] == 2  # V read as words
     assert c["Q_SPLIT"] == (q_dtype != torch.float8_e4m3fn)
+    assert c["PREFETCH_BLOCK_IDS"] == (bool(prefetch_ids) and kv_layout == "paged")
     q_terms = 2 if c["Q_SPLIT"] else 0
     for kwargs in ({"num_splits": 3}, {"window_size": (70, 0)}, {"softcap": 30.0}, {}):
         out = check_low_precision(
