@@ -126,6 +126,17 @@ DECODE_VARIANTS = {
     "keys-as-rows": {"decode_keys_as_rows": True},
     "keys-as-rows-prefetch": {"decode_keys_as_rows": True, "decode_prefetch_ids": "fp8"},
     "keys-as-rows-s3": {"decode_keys_as_rows": True, "num_stages": 3},
+    # 64-key blocks: sm_90 137 registers and 48 KB shared (3 programs per SM, 12 warps, against 2 x 4 at 128 keys:
+    # more independent block chains per SM; session 18 found the 128-key tile bound by each block's serial waits)
+    "keys-as-rows-bn64-s4": {"decode_keys_as_rows": True, "block_n": 64, "num_stages": 4},
+    "keys-as-rows-bn64-s5": {"decode_keys_as_rows": True, "block_n": 64, "num_stages": 5},  # 64 KB: still 3 per SM
+    # with the block ids a step ahead: 129 registers, 63 KB (3 per SM), more K/V buffers
+    "keys-as-rows-bn64-ids-s3": {
+        "decode_keys_as_rows": True,
+        "block_n": 64,
+        "num_stages": 3,
+        "decode_prefetch_ids": "fp8",
+    },
     "bn256-s3": {"block_n": 256, "num_stages": 3},
     # fewer registers per program (sm_90, fp8-KV decode tile 16 x 128 x 4 slots: 255 registers, 2 programs per SM, half
     # the bf16 decode's bytes in flight): 32-key blocks take 168 (3 programs) with 8-10 slots, 64-key ones 190-214
