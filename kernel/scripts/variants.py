@@ -137,6 +137,12 @@ DECODE_VARIANTS = {
         "num_stages": 3,
         "decode_prefetch_ids": "fp8",
     },
+    # four programs per SM (ptxas held to 128 registers; sm_90: keys-as-rows 64-key tiles 127-128 registers, 0 spills,
+    # 47-48 KB; the default's 32-key tile 128, 1 spill, 14 KB): b64 x 8 KV heads = 512 programs fit 132 x 4 slots in
+    # one wave instead of two
+    "keys-as-rows-bn64-s3-r128": {"decode_keys_as_rows": True, "block_n": 64, "num_stages": 3, "max_registers": 128},
+    "keys-as-rows-bn64-s2-r128": {"decode_keys_as_rows": True, "block_n": 64, "num_stages": 2, "max_registers": 128},
+    "bn32-s4-r128": {"block_n": 32, "num_stages": 4, "max_registers": 128},
     "bn256-s3": {"block_n": 256, "num_stages": 3},
     # fewer registers per program (sm_90, fp8-KV decode tile 16 x 128 x 4 slots: 255 registers, 2 programs per SM, half
     # the bf16 decode's bytes in flight): 32-key blocks take 168 (3 programs) with 8-10 slots, 64-key ones 190-214

@@ -284,7 +284,12 @@ def test_decode_keys_as_rows(monkeypatch, q_dtype, kv_layout, head_size, prefetc
 
 @pytest.mark.skipif(ON_GPU and torch.cuda.get_device_capability()[0] != 9, reason="forces Hopper's code path")
 @pytest.mark.parametrize(
-    "tile", [{"block_n": 64, "num_stages": 4}, {"block_n": 64, "num_stages": 3, "decode_prefetch_ids": "fp8"}]
+    "tile",
+    [
+        {"block_n": 64, "num_stages": 4},
+        {"block_n": 64, "num_stages": 3, "decode_prefetch_ids": "fp8"},
+        {"block_n": 64, "num_stages": 3, "max_registers": 128},  # four programs per SM on sm_90
+    ],
 )
 def test_decode_keys_as_rows_in_64_key_blocks(monkeypatch, tile):
     """The 64-key keys-as-rows tiles of the variants (one 64-row wgmma per block) against the reference."""
@@ -295,7 +300,9 @@ def test_decode_keys_as_rows_in_64_key_blocks(monkeypatch, tile):
     seqlens_k = [scaled(200, 2000), scaled(65, 700), 63]
     inputs = make_inputs(seqlens_q, seqlens_k, num_heads=(8, 2), head_size=128, kv_dtype=torch.float8_e4m3fn,
                          kv_layout="paged")  # fmt: skip
-    c = _plan(inputs, "hopper")[0].constexprs
+    decode = _plan(inputs, "hopper")[0]
+    c = decode.constexprs
     assert c["KEYS_AS_ROWS"] == 2 and c["BLOCK_N"] == 64
+    assert decode.options.get("maxnreg") == tile.get("max_registers")
     for kwargs in ({}, {"num_splits": 2}):
         check_low_precision(inputs, causal=True, lse_extra=fp8_qk_accumulation_bound(inputs, kwargs, 2), **kwargs)

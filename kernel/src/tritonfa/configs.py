@@ -109,11 +109,16 @@ class AttentionConfig:
     # with ws_persistent: programs take tiles from a shared counter as they finish (FA3's dynamic scheduler) instead of
     # a fixed share (a causal or varlen batch's tiles differ in length). Opt-in until the GPU suite has run it
     ws_dynamic: bool = False
+    # NVIDIA: registers per thread the compiler may use (ptxas maxnreg; 0 = its choice). Portable kernel only: e.g.
+    # 128 fits four 4-warp programs per SM
+    max_registers: int = 0
 
     def launch_options(self, arch: str) -> dict:
         options = {"num_warps": self.num_warps, "num_stages": self.num_stages}
         if arch in ("cdna2", "cdna3", "cdna4", "rdna") and self.waves_per_eu:
             options["waves_per_eu"] = self.waves_per_eu
+        if arch in ("ampere", "hopper", "blackwell") and self.max_registers:
+            options["maxnreg"] = self.max_registers
         return options
 
 
