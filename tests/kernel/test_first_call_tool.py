@@ -5,7 +5,6 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -36,12 +35,11 @@ def test_the_timers_see_every_stage_of_a_compile(tmp_path):
     env = {name: value for name, value in os.environ.items() if name != "TRITON_INTERPRET"}
     script = tmp_path / "compile_with_timers.py"  # @triton.jit needs its source in a file
     script.write_text(CODE)
-    with tempfile.TemporaryDirectory() as cache:
-        env["TRITON_CACHE_DIR"] = cache  # empty: every stage runs
-        run = subprocess.run(
-            [sys.executable, str(script), str(REPO / "kernel" / "scripts" / "first_call.py")],
-            capture_output=True, text=True, env=env, timeout=600,
-        )  # fmt: skip
+    env["TRITON_CACHE_DIR"] = str(tmp_path / "cache")  # empty: every stage runs
+    run = subprocess.run(
+        [sys.executable, str(script), str(REPO / "kernel" / "scripts" / "first_call.py")],
+        capture_output=True, text=True, env=env, timeout=600,
+    )  # fmt: skip
     assert run.returncode == 0, run.stderr[-3000:]
     seconds = json.loads(run.stdout.strip().splitlines()[-1])
     stages = ("TTIR", "TTGIR", "LLVM IR", "PTX", "ptxas")

@@ -192,7 +192,7 @@ def cross_compile_specs(arch: str) -> list[dict[str, Any]]:
                     )
                 )  # fmt: skip
                 + (" PREFETCH_IDS" if c.get("PREFETCH_BLOCK_IDS") and c.get("BLOCK_M", 0) < 64 else "")
-                + (f" KEYS_AS_ROWS={c['KEYS_AS_ROWS']}" if c.get("KEYS_AS_ROWS") else "")
+                + (" KEYS_AS_ROWS" if c.get("KEYS_AS_ROWS") else "")
                 + (" Q_SPLIT" if c.get("Q_SPLIT") else "")
                 + f" w{launch.options['num_warps']} s{launch.options['num_stages']}]"
             )

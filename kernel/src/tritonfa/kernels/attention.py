@@ -245,16 +245,7 @@ def _attend_kv_range(
                 b_v = v_desc.load([i_v_tma_row, kv_head * HEAD_DIM_V])  # [BN, BDV]
             if MASKED:
                 b_v = tl.where(m_k[:, None], b_v, 0.0)  # 0 * (a NaN of the next sequence) would be NaN
-        elif KEYS_AS_ROWS == 1:
-            # V^T, the A operand of O^T = V^T P^T, loaded as such: read back from shared memory a byte at a time
-            p_v = v_ptr + kv_head * stride_v_head + o_v_row[None, :] + o_dv[:, None] * stride_v_dim  # [BDV, BN]
-            if MASKED:
-                b_v = tl.load(p_v, mask=m_dv[:, None] & m_k[None, :], other=0.0)
-            elif BLOCK_DV == HEAD_DIM_V:
-                b_v = tl.load(p_v)
-            else:
-                b_v = tl.load(p_v, mask=m_dv[:, None], other=0.0)
-        elif KEYS_AS_ROWS == 2:
+        elif KEYS_AS_ROWS:
             # V's rows as 32-bit words of four e4m3 values (the launcher checked: stride_v_dim 1, the other strides,
             # V's address and HEAD_DIM_V multiples of 4), widened to fp16 two values per instruction
             o_w = tl.arange(0, BLOCK_DV // 4)
@@ -334,8 +325,7 @@ def _attend_kv_range(
             l_i = l_i * alpha + tl.sum(b_p, 1)
             if KEYS_AS_ROWS:
                 acc_t = acc_t * alpha[None, :]
-                b_v_t = b_v.to(PV_DTYPE) if KEYS_AS_ROWS == 1 else b_v.T  # [BDV, BN]
-                acc_t = tl.dot(b_v_t, b_p.to(PV_DTYPE).T, acc_t, input_precision=DOT_PRECISION)
+                acc_t = tl.dot(b_v.T, b_p.to(PV_DTYPE).T, acc_t, input_precision=DOT_PRECISION)  # b_v: fp16
             else:
                 acc = acc * alpha[:, None]
                 acc += tl.dot(b_p.to(PV_DTYPE), b_v.to(PV_DTYPE), input_precision=DOT_PRECISION)
@@ -454,11 +444,11 @@ def attention_fwd_kernel(
     # (H200: paged prefill 1.26 -> 1.11 ms); 16-bit decode tiles lost 70% with it (session 3; likely the shared
     # memory of the deeper pipeline it gives: one program per SM) and load in the step
     PREFETCH_BLOCK_IDS: tl.constexpr,
-    # Hopper decode tiles with fp8 K: QK as K q^T (an fp8 wgmma over the keys) and P@V as V^T P^T; V loaded as V^T
-    # bytes (1) or, where V's strides allow, as rows of 32-bit words widened four values at a time (2); 0: off
+    # Hopper decode tiles with fp8 K: QK as K q^T (an fp8 wgmma over the keys) and P@V as V^T P^T, V's rows loaded as
+    # 32-bit words and widened four values at a time
     KEYS_AS_ROWS: tl.constexpr,
     Q_SPLIT: tl.constexpr,  # SCALE_Q into fp8: q as two fp8 terms, hi + the rest (KEYS_AS_ROWS only)
-    WIDEN_ASM: tl.constexpr,  # KEYS_AS_ROWS 2: widen with PTX (off in the interpreter)
+    WIDEN_ASM: tl.constexpr,  # KEYS_AS_ROWS: widen with PTX (off in the interpreter)
     HAS_SEQUSED: tl.constexpr,
     USE_WINDOW: tl.constexpr,
     HAS_SOFTCAP: tl.constexpr,
@@ -844,7 +834,8 @@ def keys_as_rows(arch: str, config: AttentionConfig, q: torch.dtype, k: torch.dt
 
 
 def _v_as_words(v: torch.Tensor, head_dim_v: int) -> bool:
-    """Whether every row of e4m3 V can be read as 32-bit words (keys-as-rows decode tiles)."""
+    """Whether every row of e4m3 V can be read as 32-bit words (keys-as-rows decode tiles need it; other V keeps
+    the default decode tile)."""
     if v.dtype != torch.float8_e4m3fn or v.stride(-1) != 1 or head_dim_v % 4:
         return False
     return v.data_ptr() % 4 == 0 and all(stride % 4 == 0 for stride in v.stride()[:-1])
@@ -1097,7 +1088,7 @@ def _plan_launch(
     else:
         split_out = split_lse = q  # never dereferenced (SPLIT_KV is off)
 
-    keys_rows = keys_as_rows(arch, config, q.dtype, k.dtype)
+    keys_rows = keys_as_rows(arch, config, q.dtype, k.dtype) and _v_as_words(v, head_dim_v)
     q_split = keys_rows and q.dtype != k.dtype and not config.fp8_q_for_fp8_kv
     quantize_q = quantizes_q(arch, config, q.dtype, k.dtype) or (keys_rows and q.dtype != k.dtype)
     scale_q = quantize_q or (q.dtype == torch.bfloat16 and is_fp8(k.dtype))
@@ -1202,7 +1193,7 @@ def _plan_launch(
             or config.decode_prefetch_ids is True
             or (config.decode_prefetch_ids == "fp8" and k.element_size() == 1)
         ),
-        KEYS_AS_ROWS=(2 if _v_as_words(v, head_dim_v) else 1) if keys_rows else 0,
+        KEYS_AS_ROWS=keys_rows,
         Q_SPLIT=q_split,
         WIDEN_ASM=os.environ.get("TRITON_INTERPRET") != "1",  # the interpreter runs no PTX
         HAS_SEQUSED=seqused_k is not None,
