@@ -7,7 +7,7 @@ process, so ratios compare like with like.
 
     python kernel/scripts/variants.py --plan prefill --out results_dir     # or --plan decode / mixed / all
     python kernel/scripts/variants.py --plan decode --only b64x2048 --variants default,bn64-s3
-    python kernel/scripts/variants.py --plan prefill --only b4x4096 --variants default,ws-named-turns --rounds 2
+    python kernel/scripts/variants.py --plan prefill --only b4x4096 --variants default,ws-early-k-release --rounds 2
 
 Writes <out>/variants-<plan>.jsonl (one row per workload x variant) and prints a table at the end.
 """
@@ -50,7 +50,6 @@ PREFILL_VARIANTS = {
     "ws-paged-tma": {"ws_paged_tma": True},  # paged prefill: TMA boxes of a page's keys instead of cp.async gathers
     "ws-persistent": {"ws_persistent": True},  # Gluon prefill on a persistent grid
     "ws-persistent-paged-tma": {"ws_persistent": True, "ws_paged_tma": True},
-    "ws-p-fp32": {"ws_p_fp32": True},  # 16-bit P carried in fp32 to its P@V (sm_90 loop 489 -> 456 instructions)
     # fp8 with 64-key blocks: no spills (two-level P@V spills 24 instructions in the 128-key loop), 37% more per key
     "ws-fp8-bn64": {"ws_fp8": True, "fp8_q_for_fp8_kv": True, "ws_block_n": 64},
     "ws-flat": {"ws_persistent": False},  # one program per tile (the persistent grid is the Hopper default)
@@ -67,22 +66,12 @@ PREFILL_VARIANTS = {
     # a 16-bit q with fp8 K/V: K and V widened once by a launch before the 16-bit prefill (paged: gathered too;
     # Hopper's default since session 14)
     "ws-fp8-widen-copy": {"ws_fp8_widen_copy": True},
-    # a 16-bit q with fp8 K/V as two fp8 terms (two fp8 QK wgmmas), V gathered and widened (16-bit P@V)
-    "ws-fp8-q-split": {"ws_fp8_q_split": True},
-    "ws-fp8-q-split-flat": {"ws_fp8_q_split": True, "ws_persistent": False},
-    "ws-fp8-q-split-bn64": {"ws_fp8_q_split": True, "ws_block_n": 64, "ws_stages": 3},
     # contiguous fp8 K/V gathered and V widened (no key-major copy, a 16-bit P@V), 128-key blocks on the persistent grid
     "ws-fp8-v16-contiguous": {"ws_fp8_v16_contiguous": True},
     # fp8 P scaled per (row, key block) where it meets key-major V (non-causal): the fp8 study's (b)
     "ws-fp8-p-per-tile": {"ws_fp8_p_per_tile": True},
-    # each warpgroup waits for its P@V of block j - 1 after the softmax of block j (FA3's schedule), any dtype
-    "ws-pv-wait-late": {"ws_pv_wait_late": True},
-    # the ping-pong hand-overs through hardware named barriers (FA3's), alone and with the wait after the softmax
-    "ws-named-turns": {"ws_named_turns": True},
-    "ws-pv-wait-late-named-turns": {"ws_pv_wait_late": True, "ws_named_turns": True},
     # K's ring slot handed back once its QK is done, V's after its P@V (the next K loads a block earlier)
     "ws-early-k-release": {"ws_early_k_release": True},
-    "ws-all-schedules": {"ws_pv_wait_late": True, "ws_named_turns": True, "ws_early_k_release": True},
     "ws-fp8-v16-contiguous-flat": {"ws_fp8_v16_contiguous": True, "ws_persistent": False},
     # fp8 q with V widened (causal contiguous, paged): 64-key blocks in 4 slots, the keys in flight of 128 x 2 in
     # smaller steps (what 16-bit pages gained in session 8); not for k16 (its 3+ slots of 16-bit K do not fit 4)
@@ -93,7 +82,6 @@ PREFILL_VARIANTS = {
     "ws-fp8-bn64-persistent": {"ws_block_n": 64},
     "ws-fp8-bn64-s3-persistent": {"ws_block_n": 64, "ws_stages": 3},
     "ws-pad-d": {"ws_pad_head_dim": True},  # head sizes like 96 in 128-wide Gluon tiles
-    "ws-dynamic": {"ws_dynamic": True},  # the persistent grid takes tiles from a shared counter
     # key blocks and ring depth (16-bit pages at D 128 default to 64 keys x 4 slots, everything else to 128 x 2)
     "ws-bn128": {"ws_block_n": 128},
     "ws-bn64": {"ws_block_n": 64},
@@ -192,7 +180,6 @@ PLANS = {
                 "ws-persistent",
                 "ws-paged-tma",
                 "ws-persistent-paged-tma",
-                "ws-dynamic",
                 "ws-bn128",
             )
         },

@@ -16,8 +16,8 @@ issues, FA3's older order), `rescale-first` (before both issues), `p-in-smem` (P
 prefill has), `handover-before-rescale` (the hand-over right after the QK issue). Session 16: `v-slot-loaded` (the
 P@V's V slot offset by a zero read from global memory in the step: ptxas keeps the wait after the exponentials),
 `k-wait` (an mbarrier wait before the QK, as every product step has), `k-wait-v-slot-loaded` (the load no longer
-helps), `k-wait-sync-after-softmax` (a warp-wide no-op sync that needs l, before the P@V wait: the product's
-`ws_pv_wait_late`).
+helps), `k-wait-sync-after-softmax` (a warp-wide no-op sync that needs l, before the P@V wait: what the product's
+opt-in `ws_pv_wait_late` did until session 19 removed it, measured 18-23% slower on the H200 in session 17).
 
 --product compiles the Hopper prefill's cross-compile specs (those whose name contains NAME_PART) and prints, for
 each, the exponentials between each S wait (DEPBAR.LE 1) and the P@V wait after it: 0 = ptxas waits for the P@V

@@ -18,10 +18,8 @@ from attn_testing import (
     check_against_reference,
     check_low_precision,
     fp8_descale,
-    fp8_qk_accumulation_bound,
     make_inputs,
     run_kernel,
-    run_reference,
     scaled,
 )
 
@@ -124,48 +122,16 @@ def test_warp_specialized_prefill_matches_reference(monkeypatch, head_size, caus
     check_against_reference(inputs, atol, rtol, causal=causal)
 
 
-@pytest.mark.skipif(not attention_hopper.HAS_GLUON, reason="this triton has no Gluon")
-def test_pv_wait_late_is_planned_only_when_configured(monkeypatch):
-    """Opt-in `ws_pv_wait_late` reaches the Gluon prefill's constexprs for 16-bit and fp8 calls, and only then."""
-    bf16 = make_inputs([300], [300], num_heads=(8, 2), head_size=128)
-    fp8 = make_inputs([300], [300], num_heads=(8, 2), head_size=128, dtype=torch.float8_e4m3fn,
-                      kv_dtype=torch.float8_e4m3fn)  # fmt: skip
-    assert not _constexprs(bf16)["PV_WAIT_LATE"] and not _constexprs(fp8)["PV_WAIT_LATE"], "off by default"
-    monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"ws_pv_wait_late": True}}))
-    for inputs in (bf16, fp8):
-        constexprs = _constexprs(inputs)
-        assert constexprs["PV_WAIT_LATE"] and constexprs["PERSISTENT"], "with the default grid"
-    paged = make_inputs([300], [300], num_heads=(8, 2), head_size=64, kv_layout="paged")
-    assert _constexprs(paged)["PV_WAIT_LATE"]
-
-
-@pytest.mark.skipif(not attention_hopper.HAS_GLUON, reason="this triton has no Gluon")
-def test_named_turns_are_planned_only_with_ping_pong(monkeypatch):
-    inputs = make_inputs([300], [300], num_heads=(8, 2), head_size=128)
-    assert _constexprs(inputs)["PINGPONG"] is True, "mbarrier hand-overs by default"
-    monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"ws_named_turns": True}}))
-    assert _constexprs(inputs)["PINGPONG"] == attention_hopper.NAMED_TURNS
-    monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"ws_named_turns": True, "ws_pingpong": False}}))
-    assert not _constexprs(inputs)["PINGPONG"], "no ping-pong: no hand-overs at all"
-
-
 @pytest.mark.skipif(not (ON_HOPPER and attention_hopper.HAS_GLUON), reason="Gluon kernels run on a Hopper GPU only")
 @pytest.mark.parametrize("head_size", [64, 128, 256])
 @pytest.mark.parametrize("causal", [True, False])
 @pytest.mark.parametrize("persistent", [True, False])
-@pytest.mark.parametrize(
-    "schedule",
-    ["pv_wait_late", "named_turns", "early_k_release", "pv_wait_late+named_turns", "pv_wait_late+named_turns+"
-     "early_k_release"],
-)  # fmt: skip
-def test_warp_specialized_schedules_are_the_same_arithmetic(monkeypatch, head_size, causal, persistent, schedule):
-    """`ws_pv_wait_late` moves a wait, `ws_named_turns` changes how the warpgroups hand over the tensor cores and
-    `ws_early_k_release` when K's slot goes back to the producer, none the arithmetic: the output equals the default
-    schedule's bit for bit, and the reference's (odd lengths,
-    an empty sequence, rows that see no key, NaN keys past the last sequence; more tiles than SMs, so persistent
-    programs hand over across tiles)."""
+def test_warp_specialized_early_k_release_is_the_same_arithmetic(monkeypatch, head_size, causal, persistent):
+    """`ws_early_k_release` changes when K's slot goes back to the producer, not the arithmetic: the output equals
+    the default schedule's bit for bit, and the reference's (odd lengths, an empty sequence, rows that see no key,
+    NaN keys past the last sequence; more tiles than SMs, so persistent programs hand over across tiles)."""
     config = {"ws_persistent": persistent}
-    options = {f"ws_{name}": True for name in schedule.split("+")}
+    options = {"ws_early_k_release": True}
     seqlens_q = [1, 0, 129, 300, scaled(17, 1000), 77, *[random.choice([1, 64, 200]) for _ in range(60)]]
     seqlens_k = [1, 5, 129, 200, scaled(17, 1000), 450, *[random.choice([1, 100, 300]) for _ in range(60)]]
     inputs = make_inputs(seqlens_q, seqlens_k, num_heads=(32, 8), head_size=head_size)
@@ -175,14 +141,12 @@ def test_warp_specialized_schedules_are_the_same_arithmetic(monkeypatch, head_si
     monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {**config, **options}}))
     planned = _constexprs(inputs)
     assert _plan(inputs)[0] == WS
-    assert planned["PV_WAIT_LATE"] == ("pv_wait_late" in schedule)
-    assert (planned["PINGPONG"] == attention_hopper.NAMED_TURNS) == ("named_turns" in schedule)
-    assert planned["EARLY_K_RELEASE"] == ("early_k_release" in schedule)
+    assert planned["EARLY_K_RELEASE"]
     atol, rtol = TOLERANCES[torch.bfloat16]
     check_against_reference(inputs, atol, rtol, causal=causal)
     scheduled = run_kernel(inputs, causal=causal)
     monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": config}))
-    assert not _constexprs(inputs)["PV_WAIT_LATE"] and _constexprs(inputs)["PINGPONG"] is True
+    assert not _constexprs(inputs)["EARLY_K_RELEASE"]
     default = run_kernel(inputs, causal=causal)
     assert torch.equal(scheduled, default), "the same products and sums in the same order"
 
@@ -248,17 +212,10 @@ def test_a_persistent_grid_has_one_program_per_sm_slot(monkeypatch):
 
 
 @pytest.mark.skipif(not attention_hopper.HAS_GLUON, reason="this triton has no Gluon")
-def test_fp32_p_and_block_size_options_apply_where_they_do_not_spill(monkeypatch):
+def test_block_size_option_applies_where_it_fits(monkeypatch):
     def config(**fields):
         monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"warp_specialized": True, **fields}}))
 
-    config(ws_p_fp32=True, ws_persistent=False, ws_paged_tma=False)  # both on by default; fp32 P goes with neither
-    assert _constexprs(make_inputs([300], [300], num_heads=(8, 2), head_size=128))["P_CARRY_F32"]
-    assert not _constexprs(make_inputs([300], [300], num_heads=(8, 2), head_size=256))["P_CARRY_F32"]
-    gathered = make_inputs([300], [300], num_heads=(8, 2), head_size=128, kv_layout="paged")
-    assert not _constexprs(gathered)["P_CARRY_F32"], "beside a gathering producer"
-    config(ws_p_fp32=True, ws_persistent=True)
-    assert not _constexprs(make_inputs([300], [300], num_heads=(8, 2), head_size=128))["P_CARRY_F32"]
     config(ws_block_n=64)
     assert _constexprs(make_inputs([300], [300], num_heads=(8, 2), head_size=128))["BLOCK_N"] == 64
     config(ws_block_n=128)
@@ -425,40 +382,6 @@ def test_warp_specialized_paged_prefill_matches_reference(monkeypatch, kv_layout
     atol, rtol = TOLERANCES[torch.bfloat16]
     check_against_reference(inputs, atol, rtol, causal=True)
     check_against_reference(inputs, atol, rtol, causal=False)
-
-
-@pytest.mark.skipif(not attention_hopper.HAS_GLUON, reason="this triton has no Gluon")
-def test_dynamic_scheduling_is_planned_on_the_persistent_grid_only(monkeypatch):
-    inputs = make_inputs([300, 40], [300, 40], num_heads=(8, 2), head_size=128)
-    monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"ws_dynamic": True}}))
-    constexprs = _constexprs(inputs)
-    assert constexprs["PERSISTENT"] and constexprs["DYNAMIC"]
-    monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"ws_dynamic": True, "ws_persistent": False}}))
-    assert not _constexprs(inputs)["DYNAMIC"], "one program per tile: nothing to schedule"
-    monkeypatch.delenv("TRITONFA_CONFIG")
-    assert not _constexprs(inputs)["DYNAMIC"], "opt-in"
-
-
-@pytest.mark.skipif(not (ON_HOPPER and attention_hopper.HAS_GLUON), reason="Gluon kernels run on a Hopper GPU only")
-@pytest.mark.parametrize("kv_layout", ["contiguous", "paged-gather", "paged-tma"])
-@pytest.mark.parametrize("head_size", [64, 128])
-def test_warp_specialized_dynamic_scheduling_matches_reference(monkeypatch, kv_layout, head_size):
-    """The persistent grid taking tiles from the shared counter (config `ws_dynamic`), launch after launch: every
-    launch must hand out each tile once and leave the counter ready for the next (base == tickets), whatever the
-    batch; causal varlen lengths (tiles of very different lengths), empty sequences, rows that see no key."""
-    config = {"ws_persistent": True, "ws_dynamic": True, "ws_paged_tma": kv_layout == "paged-tma"}
-    monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": config}))
-    paged = kv_layout != "contiguous"
-    atol, rtol = TOLERANCES[torch.bfloat16]
-    for seqlens_q in ([1, 0, 129, 1000, 77, 3000, 3], [random.choice([0, 1, 130, 600]) for _ in range(150)]):
-        seqlens_k = [n + random.choice([0, 0, 5, 60]) for n in seqlens_q]
-        inputs = make_inputs(seqlens_q, seqlens_k, num_heads=(32, 8), head_size=head_size,
-                             kv_layout="paged_kv_interleaved" if paged else "contiguous")  # fmt: skip
-        assert _plan(inputs)[0] == WS and _constexprs(inputs)["DYNAMIC"]
-        for causal in (True, False):
-            check_against_reference(inputs, atol, rtol, causal=causal)
-            counter = attention_hopper._scheduler(inputs.q.device)
-            assert counter[0].item() == counter[1].item() > 0, "every ticket handed out, base moved past them"
 
 
 @pytest.mark.skipif(not (ON_HOPPER and attention_hopper.HAS_GLUON), reason="Gluon kernels run on a Hopper GPU only")
@@ -844,53 +767,6 @@ def test_warp_specialized_widened_copy_other_head_sizes_and_e5m2(monkeypatch, he
     scale = fp8_descale("per_head", bf16.batch, bf16.num_kv_heads)
     assert _plan(bf16, k_descale=scale, v_descale=scale)[0] == WS
     check_against_reference(bf16, *TOLERANCES[torch.bfloat16], causal=True, k_descale=scale, v_descale=scale)
-
-
-@_fp8_kv_cases
-def test_warp_specialized_fp8_kv_prefill_with_q_split(monkeypatch, head_size, kv_layout, q_dtype, persistent):
-    """A 16-bit q with fp8 K/V as two fp8 terms (config `ws_fp8_q_split`): QK two fp8 wgmmas, V gathered and
-    widened; odd lengths, an empty sequence, NaN past the sequences, descales. The scores (lse: P and V do not touch
-    it) must be far nearer the reference than with one term (`fp8_q_for_fp8_kv`): with the second term lost the two
-    would be equal."""
-    inputs = _fp8_kv_batch(head_size, q_dtype, kv_layout)
-    descale = fp8_descale("per_head", inputs.batch, inputs.num_kv_heads)
-    kwargs = dict(causal=True, k_descale=descale, v_descale=descale)
-    fp8_qk = 2 * fp8_qk_accumulation_bound(inputs, kwargs, q_terms=2)
-
-    def lse_error(**config) -> float:
-        monkeypatch.setenv("TRITONFA_CONFIG", _ws_fp8_config(ws_fp8_paged=True, ws_persistent=persistent, **config))
-        _, lse = run_kernel(inputs, return_softmax_lse=True, **kwargs)
-        _, ref_lse = run_reference(inputs, return_softmax_lse=True, **kwargs)
-        seen = ~torch.isneginf(ref_lse)
-        return (lse[seen].double() - ref_lse[seen]).abs().max().item()
-
-    one_term = lse_error(fp8_q_for_fp8_kv=True)
-    monkeypatch.setenv("TRITONFA_CONFIG", _ws_fp8_config(ws_fp8_paged=True, ws_fp8_q_split=True,
-                                                         ws_persistent=persistent))  # fmt: skip
-    constexprs = _constexprs(inputs)
-    assert _plan(inputs)[0] == WS and constexprs["Q_SPLIT"] and constexprs["PERSISTENT"] == persistent
-    check_low_precision(inputs, lse_extra=fp8_qk, **kwargs)
-    check_low_precision(inputs, lse_extra=fp8_qk, causal=False)
-    two_terms = lse_error(ws_fp8_q_split=True)
-    assert two_terms <= one_term / 4, f"two fp8 terms {two_terms:.3g} vs one {one_term:.3g}"
-
-
-@pytest.mark.skipif(not attention_hopper.HAS_GLUON, reason="this triton has no Gluon")
-def test_q_split_is_planned_for_fp8_kv_with_a_16_bit_q(monkeypatch):
-    fp8 = torch.float8_e4m3fn
-    paged = make_inputs([300], [300], num_heads=(8, 2), head_size=128, kv_dtype=fp8, kv_layout="paged")
-    contiguous = make_inputs([300], [300], num_heads=(8, 2), head_size=128, kv_dtype=fp8)
-    monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"ws_fp8_q_split": True}}))
-    for inputs in (paged, contiguous):
-        constexprs = _constexprs(inputs)
-        assert _plan(inputs)[0] == WS and constexprs["QUANTIZE_Q"] and constexprs["Q_SPLIT"]
-        assert constexprs["P_SCALE_LOG2"] == 0, "V gathered and widened: a 16-bit P@V"
-        assert constexprs["PERSISTENT"], "the split consumers fit the persistent grid"
-    monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"ws_fp8_q_split": True, "fp8_q_for_fp8_kv": True}}))
-    constexprs = _constexprs(paged)
-    assert constexprs["QUANTIZE_Q"] and not constexprs["Q_SPLIT"], "a caller who asks for one term gets one"
-    monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {}}))
-    assert not _constexprs(paged).get("Q_SPLIT"), "opt-in"
 
 
 @pytest.mark.skipif(not attention_hopper.HAS_GLUON, reason="this triton has no Gluon")

@@ -78,21 +78,11 @@ class AttentionConfig:
     # tile and q head), then runs the 16-bit Gluon prefill (paged: over a gathered copy); calls whose copy would pass
     # attention.WIDEN_COPY_MAX_BYTES keep ws_fp8_k16. Hopper: on
     ws_fp8_widen_copy: bool = False
-    # with ws_fp8 (and ws_fp8_paged for pages): a 16-bit q with e4m3 K/V as two fp8 terms (hi + the rest: ~8 bits
-    # of q, a bf16 q exactly), QK as two fp8 wgmmas, V gathered and widened to fp16; not with fp8_q_for_fp8_kv (one
-    # term). Opt-in until measured
-    ws_fp8_q_split: bool = False
     ws_fp8_two_level: bool = True  # fp8 P@V: each block's product added to O in fp32, not chained in the MMA
     # with ws_fp8_two_level, where P meets key-major fp8 V (non-causal contiguous fp8 prefill): P scaled per (row, key
     # block) to fp8's max - the fp8 error study's (b), what the portable kernel does - instead of a fixed 2^8.
     # Opt-in until measured on the H200
     ws_fp8_p_per_tile: bool = False
-    # Gluon prefill: each warpgroup waits for its P@V of block j - 1 after the softmax of block j (FA3's schedule:
-    # the exponentials overlap its own P@V), not before it, where ptxas puts the wait otherwise. Opt-in until measured
-    ws_pv_wait_late: bool = False
-    # with ws_pingpong: the consumer warpgroups hand the tensor cores over through hardware named barriers (bar.arrive
-    # / bar.sync, as FA3) instead of an mbarrier (a warpgroup barrier, one thread's arrive, try_wait). Opt-in
-    ws_named_turns: bool = False
     # Gluon prefill: a ring slot's K is handed back to the producer as soon as its QK is done and its V after its P@V
     # (FA3's separate K / V pipelines), not both after the P@V: the next K loads a block earlier. Opt-in
     ws_early_k_release: bool = False
@@ -101,14 +91,10 @@ class AttentionConfig:
     # Gluon prefill: a persistent grid (one program per SM slot walks the tiles; the next tile's loads overlap this
     # one's end) instead of one program per tile
     ws_persistent: bool = False
-    ws_p_fp32: bool = False  # Gluon prefill, 16-bit: P carried to its P@V in fp32 (fewer instructions, more registers)
     ws_block_n: int = 0  # Gluon prefill: keys per block, 64 or 128 (0: attention_hopper.tiles_for's)
     # Gluon prefill: 16-bit head sizes other than 64/128/256 (multiples of 8, e.g. 80, 96) in tiles of the next of
     # those instead of the portable kernel (Hopper: on)
     ws_pad_head_dim: bool = False
-    # with ws_persistent: programs take tiles from a shared counter as they finish (FA3's dynamic scheduler) instead of
-    # a fixed share (a causal or varlen batch's tiles differ in length). Opt-in until the GPU suite has run it
-    ws_dynamic: bool = False
     # NVIDIA: registers per thread the compiler may use (ptxas maxnreg; 0 = its choice). Portable kernel only: e.g.
     # 128 fits four 4-warp programs per SM
     max_registers: int = 0

@@ -253,54 +253,37 @@ def _hopper_prefill_specs() -> list[dict[str, Any]]:
     # paged fp8 (V transposed by the gathering producer): fp8 q and a quantized q, D 64 and 128, persistent too
     choices += [(d, True, True, True, fp8, fp8, False, True, 0, False, 0) for d in (64, 128)]
     choices += [(128, True, True, True, bf16, fp8, True, True, 0, False, programs) for programs in (0, 132)]
-    choices = [(*choice, False) for choice in choices]
-    # 16-bit P carried in fp32 (config `ws_p_fp32`): contiguous and paged through TMA
-    choices += [(d, True, True, False, bf16, bf16, False, True, 0, False, 0, True) for d in (64, 128)]
-    choices += [(128, True, True, True, bf16, bf16, False, True, 0, True, 0, True)]
-    choices = [(*choice, 0) for choice in choices]
+    # (... programs, then:) keys per block, V widened (paged), V widened (contiguous), P per tile
+    choices = [(*choice, 0, False, False, False) for choice in choices]
     # fp8 with 64-key blocks (config `ws_block_n`: no spills), contiguous and paged with a quantized q
-    choices += [(128, True, True, paged, bf16, fp8, True, True, 0, False, 0, False, 64) for paged in (False, True)]
+    choices += [(128, True, True, paged, bf16, fp8, True, True, 0, False, 0, 64, False, False, False)
+                for paged in (False, True)]  # fmt: skip
     # padded head sizes (config `ws_pad_head_dim`): D 96 in 128-wide tiles, contiguous and gathered pages, persistent
     # too; D 80 without a mask
-    choices += [(96, True, True, paged, bf16, bf16, False, True, 0, False, programs, False, 0)
+    choices += [(96, True, True, paged, bf16, bf16, False, True, 0, False, programs, 0, False, False, False)
                 for paged in (False, True) for programs in (0, 132)]  # fmt: skip
-    choices += [(80, False, True, False, bf16, bf16, False, True, 0, False, 0, False, 0)]
-    choices = [(*choice, False) for choice in choices]
-    # the persistent grid taking tiles from a shared counter (config `ws_dynamic`): contiguous, paged TMA, fp8
-    choices += [(128, True, True, paged, bf16, bf16, False, True, 0, tma, 132, False, 0, True)
-                for paged, tma in ((0, 0), (1, 0), (1, 1))]  # fmt: skip
-    choices += [(128, True, True, False, fp8, fp8, False, True, 0, False, 132, False, 0, True)]
-    choices = [(*choice, False) for choice in choices]
+    choices += [(80, False, True, False, bf16, bf16, False, True, 0, False, 0, 0, False, False, False)]
     # paged fp8 with V widened to fp16 by the producer (config `ws_fp8_paged_v16`, the default): fp8 and quantized q,
     # on the persistent grid too
-    choices += [(d, True, True, True, fp8, fp8, False, True, 0, False, 0, False, 0, False, True) for d in (64, 128)]
-    choices += [(128, True, True, True, bf16, fp8, True, True, 0, False, 0, False, 0, False, True)]
-    choices += [(d, True, True, True, fp8, fp8, False, True, 0, False, 132, False, 0, False, True) for d in (64, 128)]
-    choices += [(128, True, True, True, bf16, fp8, True, True, 0, False, 132, False, 0, False, True)]
+    choices += [(d, True, True, True, fp8, fp8, False, True, 0, False, programs, 0, True, False, False)
+                for programs in (0, 132) for d in (64, 128)]  # fmt: skip
+    choices += [(128, True, True, True, bf16, fp8, True, True, 0, False, programs, 0, True, False, False)
+                for programs in (0, 132)]  # fmt: skip
     # a 16-bit q not rounded (config `ws_fp8_k16`): K and V gathered and widened, paged and contiguous, one program
     # per tile and persistent, D 64 and 128
-    choices += [(d, True, True, paged, bf16, fp8, False, True, 0, False, programs, False, 0, False, True)
+    choices += [(d, True, True, paged, bf16, fp8, False, True, 0, False, programs, 0, True, False, False)
                 for d in (64, 128) for programs in (0, 132) for paged in (True, False)]  # fmt: skip
     # fp8 at D 128 on the persistent grid with 64-key blocks (where its consumers fit; causal: 3 slots by default)
-    choices += [(128, True, True, False, fp8, fp8, False, True, stages, False, 132, False, 64, False, False)
+    choices += [(128, True, True, False, fp8, fp8, False, True, stages, False, 132, 64, False, False, False)
                 for stages in (0, 2)]  # fmt: skip
-    choices = [(*choice, False) for choice in choices]
-    # a 16-bit q as two fp8 terms (config `ws_fp8_q_split`): paged and contiguous (gathered), V widened, D 64 and
-    # 128, persistent too; contiguous non-causal (128-key blocks)
-    choices += [(d, True, True, paged, bf16, fp8, True, True, 0, False, programs, False, 0, False, True, True)
-                for d in (64, 128) for programs in (0, 132) for paged in (True, False)]  # fmt: skip
-    choices += [(128, False, True, False, bf16, fp8, True, True, 0, False, 132, False, 0, False, True, True)]
-    choices = [(*choice, False) for choice in choices]
     # contiguous fp8 gathered with V widened (config `ws_fp8_v16_contiguous`): fp8 q, D 64 and 128, causal or not
-    choices += [(d, causal, True, False, fp8, fp8, False, True, 0, False, 132, False, 0, False, True, False, True)
+    choices += [(d, causal, True, False, fp8, fp8, False, True, 0, False, 132, 0, True, True, False)
                 for d in (64, 128) for causal in (True, False)]  # fmt: skip
-    choices = [(*choice, False) for choice in choices]
     # fp8 P scaled per (row, key block) with key-major V (config `ws_fp8_p_per_tile`): non-causal and causal, D 64
     # and 128, both grids; a quantized q
-    choices += [(d, causal, True, False, fp8, fp8, False, True, 0, False, programs, False, 0, False, False, False,
-                 False, True) for d in (64, 128) for causal in (False, True) for programs in (0, 132)]  # fmt: skip
-    choices += [(128, False, True, False, bf16, fp8, True, True, 0, False, 132, False, 0, False, False, False, False,
-                 True)]  # fmt: skip
+    choices += [(d, causal, True, False, fp8, fp8, False, True, 0, False, programs, 0, False, False, True)
+                for d in (64, 128) for causal in (False, True) for programs in (0, 132)]  # fmt: skip
+    choices += [(128, False, True, False, bf16, fp8, True, True, 0, False, 132, 0, False, False, True)]
     specs = []
     for (
         head_dim,
@@ -314,11 +297,8 @@ def _hopper_prefill_specs() -> list[dict[str, Any]]:
         stages,
         paged_tma,
         programs,
-        pf32,
         block_n,
-        dynamic,
         v16,
-        q_split,
         v16_contiguous,
         p_per_tile,
     ) in choices:
@@ -331,7 +311,7 @@ def _hopper_prefill_specs() -> list[dict[str, Any]]:
             inputs["q"], inputs["k"], inputs["v"], out, lse, inputs["cu_seqlens_q"], inputs["cu_seqlens_k"],
             inputs["seqused_k"], inputs["block_table"], 0.125, causal, 1, 16, pingpong,
             inputs["q_descale"], inputs["k_descale"], inputs["v_descale"], quantize_q, two_level, stages,
-            bool(paged_tma), programs, pf32, block_n, dynamic, v16, q_split, v16_contiguous, p_per_tile,
+            bool(paged_tma), programs, block_n, v16, v16_contiguous, p_per_tile,
         )  # fmt: skip
         name = (
             f"{fn.__name__}[hopper d{head_dim} CAUSAL={causal} RETURN_LSE={lse is not None} PINGPONG={pingpong} "
@@ -340,12 +320,9 @@ def _hopper_prefill_specs() -> list[dict[str, Any]]:
             + (f" STAGES={stages}" if stages else "")
             + (f" PAGED_TMA={constexprs['PAGED_TMA']}" if paged_tma else "")
             + (" PERSISTENT" if programs else "")
-            + (" DYNAMIC" if dynamic else "")
-            + (" P_CARRY_F32" if pf32 else "")
             + (f" BLOCK_N={block_n}" if block_n else "")
             + (" V16" if v16 else "")
             + (" K16" if fp8_kv and q_dtype != fp8 and not quantize_q else "")
-            + (" Q_SPLIT" if q_split else "")
             + (" V16_CONTIGUOUS" if v16_contiguous else "")
             + (" P_PER_TILE" if p_per_tile else "")
             + "]"
@@ -375,35 +352,21 @@ def _hopper_prefill_specs() -> list[dict[str, Any]]:
     )  # fmt: skip
     name = f"{fn.__name__}[hopper d40 CAUSAL=False PAGED=True PAGE_SIZE=64 HEADS_MAJOR]"
     specs.append(dict(name=name, fn=fn, bound_args=args, constexprs=constexprs, options=options, gluon=True))
-    # the opt-in schedules (configs `ws_named_turns`: ping-pong hand-overs through named barriers; `ws_early_k_release`:
-    # K handed back before V; with and without `ws_pv_wait_late`): 16-bit D 128 on both grids and masks, D 64 / 256,
-    # pages through TMA and gathered, fp8 (TMA, gathered pages with V transposed or widened, K widened for a 16-bit q)
-    # (head size, causal, programs, paged, paged TMA, q dtype, kv dtype, quantize q, late, named, early)
-    # the P@V wait after the softmax alone: every head size and mask, both grids, paged TMA, fp8, a quantized q
-    schedules = [(d, causal, programs, False, False, bf16, bf16, False, True, False, False) for d in (64, 128, 256)
-                 for causal in (False, True) for programs in (0, 132) if d < 256 or not programs]  # fmt: skip
-    schedules += [(128, True, 132, True, True, bf16, bf16, False, True, False, False),
-                  (128, True, 132, False, False, fp8, fp8, False, True, False, False),
-                  (128, True, 0, True, False, bf16, fp8, True, True, False, False)]  # fmt: skip
-    schedules += [(128, causal, programs, False, False, bf16, bf16, False, late, True, False)
-                  for causal in (False, True) for programs in (0, 132) for late in (False, True)]  # fmt: skip
-    schedules += [(64, True, 0, False, False, bf16, bf16, False, True, True, False),
-                  (256, True, 0, False, False, bf16, bf16, False, True, True, False),
-                  (128, True, 132, True, True, bf16, bf16, False, True, True, False),
-                  (128, True, 132, False, False, fp8, fp8, False, True, True, False)]  # fmt: skip
-    schedules += [(128, causal, programs, False, False, bf16, bf16, False, late, named, True)
-                  for causal, programs, late, named in ((True, 132, False, False), (False, 0, False, False),
-                                                        (True, 132, True, True), (False, 132, True, True))]  # fmt: skip
-    schedules += [(64, True, 0, False, False, bf16, bf16, False, True, True, True),
-                  (256, True, 0, False, False, bf16, bf16, False, True, True, True),
-                  (128, True, 132, True, True, bf16, bf16, False, True, True, True),
-                  (128, True, 0, True, False, bf16, bf16, False, True, True, True),
-                  (128, True, 132, False, False, fp8, fp8, False, True, True, True),
-                  (128, False, 0, False, False, fp8, fp8, False, True, True, True),
-                  (128, True, 0, True, False, fp8, fp8, False, True, True, True),
-                  (128, True, 0, True, False, bf16, fp8, True, True, True, True),
-                  (128, True, 0, False, False, bf16, fp8, False, True, True, True)]  # fmt: skip
-    for head_dim, causal, programs, paged, paged_tma, q_dtype, kv_dtype, quantize_q, late, named, early in schedules:
+    # the opt-in K handed back before V (config `ws_early_k_release`): 16-bit D 128 on both grids and masks, D 64 /
+    # 256, pages through TMA and gathered, fp8 (TMA, gathered pages with V transposed or widened, K widened for a
+    # 16-bit q). (head size, causal, programs, paged, paged TMA, q dtype, kv dtype, quantize q)
+    schedules = [(128, causal, programs, False, False, bf16, bf16, False) for causal in (False, True)
+                 for programs in (0, 132)]  # fmt: skip
+    schedules += [(64, True, 0, False, False, bf16, bf16, False),
+                  (256, True, 0, False, False, bf16, bf16, False),
+                  (128, True, 132, True, True, bf16, bf16, False),
+                  (128, True, 0, True, False, bf16, bf16, False),
+                  (128, True, 132, False, False, fp8, fp8, False),
+                  (128, False, 0, False, False, fp8, fp8, False),
+                  (128, True, 0, True, False, fp8, fp8, False),
+                  (128, True, 0, True, False, bf16, fp8, True),
+                  (128, True, 0, False, False, bf16, fp8, False)]  # fmt: skip
+    for head_dim, causal, programs, paged, paged_tma, q_dtype, kv_dtype, quantize_q in schedules:
         inputs = _meta_inputs("hopper", q_dtype, kv_dtype, head_dim, paged=paged, decode=False, features=not causal)
         out = torch.empty(inputs["q"].shape, dtype=bf16, device="meta")
         fn, _, args, constexprs, options = attention_hopper.plan_hopper_prefill(
@@ -411,14 +374,13 @@ def _hopper_prefill_specs() -> list[dict[str, Any]]:
             inputs["seqused_k"], inputs["block_table"], 0.125, causal, 1, 16, q_descale=inputs["q_descale"],
             k_descale=inputs["k_descale"], v_descale=inputs["v_descale"], quantize_q=quantize_q, paged_tma=paged_tma,
             persistent_programs=programs, fp8_v16=paged and kv_dtype == fp8 and head_dim == 128,
-            pv_wait_late=late, named_turns=named, early_k_release=early,
+            early_k_release=True,
         )  # fmt: skip
-        assert (constexprs["PINGPONG"] == attention_hopper.NAMED_TURNS) == named
+        assert constexprs["EARLY_K_RELEASE"]
         labels = [(paged_tma, f"PAGED_TMA={constexprs['PAGED_TMA']}"),
                   (kv_dtype == fp8, f"FP8 QUANTIZE_Q={quantize_q}"),
-                  (kv_dtype == fp8 and q_dtype != fp8 and not quantize_q, "K16"), (programs, "PERSISTENT"),
-                  (late, "PV_WAIT_LATE"), (named, "NAMED_TURNS"), (early, "EARLY_K_RELEASE")]  # fmt: skip
+                  (kv_dtype == fp8 and q_dtype != fp8 and not quantize_q, "K16"), (programs, "PERSISTENT")]  # fmt: skip
         suffix = "".join(f" {label}" for wanted, label in labels if wanted)
-        name = f"{fn.__name__}[hopper d{head_dim} CAUSAL={causal} PAGED={paged}{suffix}]"
+        name = f"{fn.__name__}[hopper d{head_dim} CAUSAL={causal} PAGED={paged}{suffix} EARLY_K_RELEASE]"
         specs.append(dict(name=name, fn=fn, bound_args=args, constexprs=constexprs, options=options, gluon=True))
     return specs

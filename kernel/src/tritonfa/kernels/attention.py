@@ -939,12 +939,6 @@ def plan_attention(
             output_scale=output_scale is not None, softcap=softcap > 0.0, window=window_left >= 0 or window_right > 0,
         )  # fmt: skip
         quantize_q = quantizes_q(arch, prefill_config, q.dtype, k.dtype)
-        # opt-in: fp8 K/V with a 16-bit q as two fp8 terms (~8 bits of q, exact for bf16; V widened to fp16)
-        q_split = (
-            prefill_config.ws_fp8_q_split and not quantize_q and q.dtype in (torch.float16, torch.bfloat16)
-            and k.dtype == v.dtype == torch.float8_e4m3fn
-        )  # fmt: skip
-        quantize_q = quantize_q or q_split
         if prefill_config.ws_fp8 and prefill_config.ws_fp8_widen_copy and not quantize_q:
             widened = _plan_widened_hopper_prefill(
                 q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, max_seqlen_k, softmax_scale,
@@ -957,7 +951,7 @@ def plan_attention(
                                      prefill_config.ws_fp8_k16):  # fmt: skip
             fast = functools.partial(
                 _plan_hopper_prefill, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table,
-                softmax_scale, window_right == 0, prefill_config, q_descale, k_descale, v_descale, quantize_q, q_split,
+                softmax_scale, window_right == 0, prefill_config, q_descale, k_descale, v_descale, quantize_q,
             )  # fmt: skip
             if num_seqs == 1:
                 return [fast(seq_filter=0)]
@@ -999,14 +993,14 @@ def _plan_widened_hopper_prefill(
         return None
     fast = _plan_hopper_prefill(
         q, k16, v16, out, lse, cu_seqlens_q, cu_seqlens_k16, seqused_k16, None, softmax_scale, causal, config,
-        q_descale, k_descale, v_descale, False, False, seq_filter=0 if num_seqs == 1 else 1,
+        q_descale, k_descale, v_descale, False, seq_filter=0 if num_seqs == 1 else 1,
     )  # fmt: skip
     return [KernelLaunch(*widen), fast]
 
 
 def _plan_hopper_prefill(
     q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, softmax_scale, causal,
-    config: AttentionConfig, q_descale, k_descale, v_descale, quantize_q, q_split, seq_filter,
+    config: AttentionConfig, q_descale, k_descale, v_descale, quantize_q, seq_filter,
 ):  # fmt: skip
     v16_contiguous = config.ws_fp8_v16_contiguous is True or (config.ws_fp8_v16_contiguous == "causal" and causal)
     fn, grid, args, constexprs, options = attention_hopper.plan_hopper_prefill(
@@ -1017,25 +1011,20 @@ def _plan_hopper_prefill(
         _multiprocessor_count(q.device) * (2 if q.shape[-1] <= 64 else 1)
         if config.ws_persistent
         and _persistent_fits(q.shape[-1], is_fp8(k.dtype), block_table is not None, causal, config,
-                             widened_k=attention_hopper.widens_k(q.dtype, k.dtype, quantize_q), q_split=q_split,
+                             widened_k=attention_hopper.widens_k(q.dtype, k.dtype, quantize_q),
                              v16_contiguous=v16_contiguous)
         else 0,
-        config.ws_p_fp32,
         config.ws_block_n,
-        config.ws_dynamic,
         config.ws_fp8_paged_v16,
-        q_split,
         v16_contiguous,
         config.ws_fp8_p_per_tile,
-        config.ws_pv_wait_late,
-        config.ws_named_turns,
         config.ws_early_k_release,
     )  # fmt: skip
     return KernelLaunch(fn, grid, args, constexprs, options)
 
 
 def _persistent_fits(head_dim: int, fp8: bool, paged: bool, causal: bool, config: AttentionConfig,
-                     widened_k: bool = False, q_split: bool = False, v16_contiguous: bool = False) -> bool:  # fmt: skip
+                     widened_k: bool = False, v16_contiguous: bool = False) -> bool:  # fmt: skip
     """Whether the persistent grid's consumers keep their loops out of local memory (sm_90 SASS): not at D 256; fp8
     K/V at D 128 only with 64-key blocks or with gathered V widened to fp16 (the two-level fp8 P@V with 128-key
     blocks spills ~220 instructions there, 0 with either; widened_k: K and V widened for a 16-bit q)."""
@@ -1045,7 +1034,7 @@ def _persistent_fits(head_dim: int, fp8: bool, paged: bool, causal: bool, config
         return not paged
     if not fp8 or head_dim <= 64:
         return True
-    if q_split or (config.ws_fp8_paged_v16 if paged else v16_contiguous):  # V widened: 0 spills
+    if config.ws_fp8_paged_v16 if paged else v16_contiguous:  # V widened: 0 spills
         return True
     block_n = config.ws_block_n or attention_hopper.tiles_for(128, contiguous_fp8_causal=causal and not paged)[0]
     return block_n == 64

@@ -105,12 +105,6 @@ def _partition_regs(gather, v_key_major, producer):
 
 # a persistent TMA producer also finds each work item's sequence and bounds
 PERSISTENT_PRODUCER_REGS = gl.constexpr(56) if HAS_GLUON else 56
-# dynamic persistent scheduling: work ids in flight from the producer to the consumers
-WORK_SLOTS = gl.constexpr(2) if HAS_GLUON else 2
-# PINGPONG's value for hand-overs through hardware named barriers TURN_BARRIER and TURN_BARRIER + 1 (see _wait_turn;
-# the asm in _named_barrier spells the two ids out)
-NAMED_TURNS = gl.constexpr(2) if HAS_GLUON else 2
-TURN_BARRIER = gl.constexpr(12) if HAS_GLUON else 12
 
 
 def tile_head_dim(head_dim: int) -> int:
@@ -261,19 +255,14 @@ if HAS_GLUON:
                      max_blocks, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr,
                      PAGED: gl.constexpr, PAGE_SIZE: gl.constexpr, HAS_SEQUSED: gl.constexpr,
                      SEQ_FILTER: gl.constexpr, DECODE_MAX_Q: gl.constexpr, KEY_GROUPS: gl.constexpr,
-                     PROBES: gl.constexpr, num_warps: gl.constexpr, seq_known=0,
-                     SEQ_KNOWN: gl.constexpr = False):  # fmt: skip
-        # SEQ_KNOWN: tile_id's sequence is seq_known (found by the producer: no search here).
+                     PROBES: gl.constexpr, num_warps: gl.constexpr):  # fmt: skip
         # Tile slot tile_id (cu_seqlens_q[b] // BLOCK_M + b slots before sequence b): whether it holds query rows to
         # compute (process), its sequence, q rows, keys (bounded by total_q / total_k / the block table whatever the
         # index tensors hold) and the key blocks its rows see. A sequence's tile k starts at row k * BLOCK_M: the
         # grids walk the slots from the last, so every sequence's last tiles (most keys under a causal mask) run
         # first. KEY_GROUPS (fp8 V read through its key-major copy, not gathered): the key grid starts key_shift keys
         # early, on a 16-key group of that copy.
-        if SEQ_KNOWN:
-            seq = seq_known
-        else:
-            seq = _find_sequence(cu_seqlens_q_ptr, tile_id, num_seqs, BLOCK_M, PROBES, num_warps)
+        seq = _find_sequence(cu_seqlens_q_ptr, tile_id, num_seqs, BLOCK_M, PROBES, num_warps)
         seq_q_start = gl.load(cu_seqlens_q_ptr + seq)
         seq_q_len = gl.minimum(gl.load(cu_seqlens_q_ptr + seq + 1), total_q) - seq_q_start
         tile_in_seq = tile_id - (seq_q_start // BLOCK_M + seq)
@@ -592,41 +581,13 @@ if HAS_GLUON:
         # Ping-pong (FA3's schedule): the two consumer warpgroups take turns issuing their wgmmas, so one's softmax
         # runs while the other's matmuls occupy the tensor cores. Round r of warpgroup 0 waits for warpgroup 1's
         # r-th hand-over (a fresh barrier's parity 1 counts as complete, so round 0 of warpgroup 0 goes at once).
-        # PINGPONG == NAMED_TURNS: the hand-over through hardware named barriers (as FA3): warpgroup w waits on
-        # barrier TURN_BARRIER + w for the other's 128 threads (bar.arrive, no warpgroup sync before it), instead of
-        # an mbarrier arrived by one thread after a warpgroup barrier and polled with try_wait.
-        if PINGPONG == NAMED_TURNS:
-            if WG == 0:
-                _named_barrier(TURN_BARRIER, False)
-            else:
-                if round == 0:  # warpgroup 0's round 0 goes at once: a hand-over before any
-                    _named_barrier(TURN_BARRIER, True)
-                _named_barrier(TURN_BARRIER + 1, False)
-        elif PINGPONG:
+        if PINGPONG:
             mbarrier.wait(turns.index(WG), (round & 1) ^ (1 - WG))
 
     @gluon.jit
     def _pass_turn(turns, WG: gl.constexpr, PINGPONG: gl.constexpr):
-        if PINGPONG == NAMED_TURNS:
-            _named_barrier(TURN_BARRIER + 1 - WG, True)
-        elif PINGPONG:
+        if PINGPONG:
             mbarrier.arrive(turns.index(1 - WG), count=1)
-
-    @gluon.jit
-    def _named_barrier(bar_id: gl.constexpr, arrive: gl.constexpr):
-        # hardware barrier bar_id counting both consumer warpgroups (256 threads): bar.arrive counts this thread and
-        # goes on, bar.sync counts it and waits for the rest. Ids from TURN_BARRIER on: Triton's own partition
-        # barriers take the first few of the 16.
-        if arrive:
-            if bar_id == TURN_BARRIER:
-                gl.inline_asm_elementwise("bar.arrive 12, 256;", "=r", [], dtype=gl.int32, is_pure=False, pack=1)
-            else:
-                gl.inline_asm_elementwise("bar.arrive 13, 256;", "=r", [], dtype=gl.int32, is_pure=False, pack=1)
-        else:
-            if bar_id == TURN_BARRIER:
-                gl.inline_asm_elementwise("bar.sync 12, 256;", "=r", [], dtype=gl.int32, is_pure=False, pack=1)
-            else:
-                gl.inline_asm_elementwise("bar.sync 13, 256;", "=r", [], dtype=gl.int32, is_pure=False, pack=1)
 
     @gluon.jit
     def _release_k(kv_empty, s, STAGES: gl.constexpr):
@@ -700,7 +661,7 @@ if HAS_GLUON:
             return v_bufs.index(s)
 
     @gluon.jit
-    def _to_p(b_p, dtype: gl.constexpr, p_layout: gl.constexpr, CARRY_F32: gl.constexpr):
+    def _to_p(b_p, dtype: gl.constexpr, p_layout: gl.constexpr):
         # P (fp32, s layout) as the next P@V's A operand: 16-bit P in its dot-operand layout. fp8 P is carried to the
         # next step as fp16 pairs in the order _fp8_operand wants (a loop-carried fp8 tensor lives as one byte per
         # register and is repacked at every wgmma: ~180 instructions per block on sm_90).
@@ -713,8 +674,6 @@ if HAS_GLUON:
             BN: gl.constexpr = b_p.type.shape[1]
             p = gl.reshape(b_p, [BM, BN // 16, 2, 4, 2])
             p = gl.reshape(gl.permute(p, [0, 1, 3, 2, 4]), [BM, BN]).to(gl.float16)
-        elif CARRY_F32:
-            p = b_p  # converted right before its wgmma (_pv_issue): a loop-carried 16-bit tensor is repacked there
         else:
             p = gl.convert_layout(b_p.to(dtype), p_layout)
         return p
@@ -731,14 +690,11 @@ if HAS_GLUON:
         return gl.convert_layout(p8, p_layout, assert_trivial=True)
 
     @gluon.jit
-    def _pv_issue(p_prev, v_op, b_o, o_zero, p_layout: gl.constexpr, TWO_LEVEL: gl.constexpr,
-                  CARRY_F32: gl.constexpr):  # fmt: skip
+    def _pv_issue(p_prev, v_op, b_o, o_zero, p_layout: gl.constexpr, TWO_LEVEL: gl.constexpr):
         # O += P @ V (async); TWO_LEVEL: P @ V alone, added to O after the wait
         FP8_P: gl.constexpr = p_layout.k_width == 4
         if FP8_P:
             a = _fp8_operand(p_prev, p_layout)
-        elif CARRY_F32:
-            a = gl.convert_layout(p_prev.to(v_op.dtype), p_layout)
         else:
             a = p_prev
         if TWO_LEVEL:
@@ -748,24 +704,12 @@ if HAS_GLUON:
         return tok
 
     @gluon.jit
-    def _after_softmax(l_i):
-        # ptxas moves the P@V wait (wait_group 0) up to right after the S wait, before the softmax's exponentials,
-        # whatever the PTX order (PERF_NOTES, session 12); it keeps that wait after a warp-wide sync, though. So: a
-        # no-op `bar.warp.sync` (the warpgroup is converged here) guarded by a predicate that needs l - the last of
-        # the softmax - and is always true (l >= 0, or NaN: `geu`). The exponentials of S_j then run while this
-        # warpgroup's own P@V_{j-1} is in flight, as in FA3's schedule (sm_90 SASS: wait 1, 64+ EX2, wait 0).
-        gl.inline_asm_elementwise(
-            asm="{ .reg .pred p; setp.geu.f32 p, $1, 0f00000000; @p bar.warp.sync -1; mov.b32 $0, 0; }",
-            constraints="=r,r", args=[l_i], dtype=gl.int32, is_pure=False, pack=1,
-        )  # fmt: skip
-
-    @gluon.jit
-    def _kv_step(j, it0, turn0, q_smem, q_low_smem, k_bufs, v_bufs, k_ready, v_ready, kv_empty, turns, s_zero,
+    def _kv_step(j, it0, turn0, q_smem, k_bufs, v_bufs, k_ready, v_ready, kv_empty, turns, s_zero,
                  o_zero, b_o, m_i, l_i, p_prev, beta_prev, key_shift, q_pos, seq_k_len, diagonal, qk_scale,
                  MASKED: gl.constexpr, CAUSAL: gl.constexpr, s_layout: gl.constexpr, o_layout: gl.constexpr,
                  p_layout: gl.constexpr, WG: gl.constexpr, PINGPONG: gl.constexpr, V_KEY_MAJOR: gl.constexpr,
-                 P_SCALE_LOG2: gl.constexpr, TWO_LEVEL: gl.constexpr, P_PER_TILE: gl.constexpr, ROW_SCALE: gl.constexpr,
-                 CARRY_F32: gl.constexpr, Q_SPLIT: gl.constexpr, PV_WAIT_LATE: gl.constexpr):  # fmt: skip
+                 P_SCALE_LOG2: gl.constexpr, TWO_LEVEL: gl.constexpr, P_PER_TILE: gl.constexpr,
+                 ROW_SCALE: gl.constexpr):  # fmt: skip
         # S_j = Q K_j^T is issued before O += P_{j-1} V_{j-1}; the softmax of S_j overlaps that P@V. it0 / turn0: the
         # K/V blocks and wgmma turns this warpgroup has used before this tile (ring slots and phases go on).
         STAGES: gl.constexpr = k_bufs.type.shape[0]
@@ -776,20 +720,16 @@ if HAS_GLUON:
         mbarrier.wait(k_ready.index(s), ((it0 + j) // STAGES) & 1)
         _wait_turn(turns, turn0 + j, WG, PINGPONG)
         s_tok = warpgroup_mma(q_smem, k_bufs.index(s).permute((1, 0)), s_zero, use_acc=False, is_async=True)
-        if Q_SPLIT:
-            s_tok = warpgroup_mma(q_low_smem, k_bufs.index(s).permute((1, 0)), s_tok, is_async=True)
         mbarrier.wait(v_ready.index(sp), ((it0 + j - 1) // STAGES) & 1)
-        o_tok = _pv_issue(p_prev, _v_operand(v_bufs, sp, V_KEY_MAJOR), b_o, o_zero, p_layout, TWO_LEVEL, CARRY_F32)
+        o_tok = _pv_issue(p_prev, _v_operand(v_bufs, sp, V_KEY_MAJOR), b_o, o_zero, p_layout, TWO_LEVEL)
         _pass_turn(turns, WG, PINGPONG)
         b_s = warpgroup_mma_wait(num_outstanding=1, deps=(s_tok,))
         _release_k(kv_empty, s, STAGES)
         b_p, m_i, l_i, alpha, beta = _softmax_step(b_s, m_i, l_i, j, key_shift, q_pos, seq_k_len, diagonal, qk_scale,
                                                    MASKED, CAUSAL, BLOCK_N, s_layout, ROW_SCALE, P_SCALE_LOG2,
                                                    P_PER_TILE)  # fmt: skip
-        p_next = _to_p(b_p, v_bufs.dtype, p_layout, CARRY_F32)
-        if PV_WAIT_LATE:
-            _after_softmax(l_i)
-        if V_KEY_MAJOR or CARRY_F32:
+        p_next = _to_p(b_p, v_bufs.dtype, p_layout)
+        if V_KEY_MAJOR:
             # the P operand is made in _pv_issue (fp8: 8-bit registers cannot be a dependency of the wait, triton
             # 3.6-3.9); ptxas keeps its registers until the wgmma is done
             if TWO_LEVEL:
@@ -851,14 +791,12 @@ if HAS_GLUON:
         _thread_barrier()
 
     @gluon.jit
-    def _quantize_q_rows(q_smem, q_low_smem, q_rows, q_ready, q_phase, valid_rows, Q_MAX: gl.constexpr,
-                         Q_SPLIT: gl.constexpr, num_warps: gl.constexpr):  # fmt: skip
+    def _quantize_q_rows(q_smem, q_rows, q_ready, q_phase, valid_rows, Q_MAX: gl.constexpr,
+                         num_warps: gl.constexpr):  # fmt: skip
         # This warpgroup's rows of a 16-bit q (q_rows: the producer's staging tile, TMA-loaded, ready on q_ready;
         # rows from valid_rows on are not the sequence's and count as zeros), each divided by a power of two that
         # brings its largest |q| within Q_MAX, stored as fp8 into q_smem for the QK wgmma. Returns the row scales
-        # [ROWS] (exact: powers of two). Q_SPLIT: what that rounding left out (exact in fp32, at most half an fp8
-        # step) goes to q_low_smem as a second fp8 term, 4 more bits of q: ~8 in all (bf16 has 8), where one term
-        # keeps 4.
+        # [ROWS] (exact: powers of two).
         ROWS: gl.constexpr = q_smem.type.shape[0]
         HEAD_DIM: gl.constexpr = q_smem.type.shape[1]
         layout: gl.constexpr = gl.BlockedLayout([1, 8], [32 // (HEAD_DIM // 8), HEAD_DIM // 8], [num_warps, 1], [1, 0])
@@ -869,10 +807,7 @@ if HAS_GLUON:
         q_amax = gl.max(gl.abs(b_q), 1)  # [ROWS]
         row_scale = gl.where(q_amax > 0.0, gl.exp2(gl.ceil(gl.log2(gl.maximum(q_amax, 1e-30) / Q_MAX))), 1.0)
         b_q = b_q * gl.expand_dims(1.0 / row_scale, 1)
-        b_q_high = b_q.to(q_smem.dtype)
-        q_smem.store(b_q_high)
-        if Q_SPLIT:
-            q_low_smem.store((b_q - b_q_high.to(gl.float32)).to(q_smem.dtype))
+        q_smem.store(b_q.to(q_smem.dtype))
         fence_async_shared()  # the generic-proxy stores before the wgmma's async-proxy reads
         _thread_barrier()  # every warp's rows before the warpgroup's QK
         return row_scale
@@ -883,9 +818,9 @@ if HAS_GLUON:
                   stride_o_tok, stride_o_head, stride_lse_head, ROW0: gl.constexpr,
                   ROWS: gl.constexpr, CAUSAL: gl.constexpr, PINGPONG: gl.constexpr, RETURN_LSE: gl.constexpr,
                   ZERO_TAIL: gl.constexpr, FP8: gl.constexpr, P_SCALE_LOG2: gl.constexpr, TWO_LEVEL: gl.constexpr,
-                  P_PER_TILE: gl.constexpr, PV_WAIT_LATE: gl.constexpr,
+                  P_PER_TILE: gl.constexpr,
                   QUANTIZE_Q: gl.constexpr, Q_MAX: gl.constexpr, num_warps: gl.constexpr, it0=0, turn0=0,
-                  q_phase=0, CARRY_F32: gl.constexpr = False, VALID_D: gl.constexpr = 0, q_empty=0,
+                  q_phase=0, VALID_D: gl.constexpr = 0, q_empty=0,
                   RELEASE_Q: gl.constexpr = False):  # fmt: skip
         # This warpgroup's ROWS query rows start at row ROW0 of the tile; both warpgroups walk the tile's blocks.
         # QUANTIZE_Q: q_src is the tile's 16-bit q staged by the producer [BLOCK_M, D], rounded here into q_tile_smem
@@ -896,12 +831,6 @@ if HAS_GLUON:
         # FP8: V slots are key-major, P and l are scaled by 2^P_SCALE_LOG2, O takes out_scale (V's descale); with
         # 16-bit V slots (gathered fp8 V widened by the producer) QK stays fp8 and P@V is a 16-bit one.
         q_smem = q_tile_smem.slice(ROW0, ROWS, dim=0)
-        # Q_SPLIT (see _quantize_q_rows): the tile holds both warpgroups' q rows, then the rests' in the same order
-        Q_SPLIT: gl.constexpr = q_tile_smem.type.shape[0] == 4 * ROWS
-        if Q_SPLIT:
-            q_low_smem = q_tile_smem.slice(2 * ROWS + ROW0, ROWS, dim=0)
-        else:
-            q_low_smem = q_smem
         V_KEY_MAJOR: gl.constexpr = FP8 and v_bufs.dtype.primitive_bitwidth == 8
         WG: gl.constexpr = ROW0 // ROWS  # 0 or 1
         q_tile_start = q_tile_start + ROW0
@@ -943,8 +872,8 @@ if HAS_GLUON:
         b_o = gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, o_layout)
 
         if QUANTIZE_Q:
-            row_scale = _quantize_q_rows(q_smem, q_low_smem, q_src.slice(ROW0, ROWS, dim=0), q_ready, q_phase,
-                                         seq_q_len - q_tile_start, Q_MAX, Q_SPLIT, num_warps)  # fmt: skip
+            row_scale = _quantize_q_rows(q_smem, q_src.slice(ROW0, ROWS, dim=0), q_ready, q_phase,
+                                         seq_q_len - q_tile_start, Q_MAX, num_warps)  # fmt: skip
             if RELEASE_Q:
                 mbarrier.arrive(q_empty, count=1)  # the staging tile is read (and fenced): the next q may load
             qk_scale = gl.convert_layout(row_scale, row_layout) * qk_scale
@@ -957,8 +886,6 @@ if HAS_GLUON:
         mbarrier.wait(k_ready.index(s0), (it0 // STAGES) & 1)
         _wait_turn(turns, turn0, WG, PINGPONG)
         s_tok = warpgroup_mma(q_smem, k_bufs.index(s0).permute((1, 0)), s_zero, use_acc=False, is_async=True)
-        if Q_SPLIT:
-            s_tok = warpgroup_mma(q_low_smem, k_bufs.index(s0).permute((1, 0)), s_tok, is_async=True)
         _pass_turn(turns, WG, PINGPONG)
         b_s = warpgroup_mma_wait(num_outstanding=0, deps=(s_tok,))
         _release_k(kv_empty, s0, STAGES)
@@ -970,7 +897,7 @@ if HAS_GLUON:
             b_p, m_i, l_i, alpha, beta = _softmax_step(b_s, m_i, l_i, 0, key_shift, q_pos, seq_k_len, diagonal,
                                                        qk_scale, True, CAUSAL, BLOCK_N, s_layout, QUANTIZE_Q,
                                                        P_SCALE_LOG2, P_PER_TILE_PV)  # fmt: skip
-        p_prev = _to_p(b_p, v_bufs.dtype, p_layout, CARRY_F32)
+        p_prev = _to_p(b_p, v_bufs.dtype, p_layout)
         if V_KEY_MAJOR:
             if key_shift > 0:
                 # block 0's first keys belong to the sequence before: zero them (and any past this one's end)
@@ -978,20 +905,20 @@ if HAS_GLUON:
                 _zero_keys_outside(v_bufs.index(s0), -key_shift, seq_k_len, num_warps)
         # interior blocks: every key visible to every row, no mask
         for j in range(1, num_full):
-            b_o, m_i, l_i, p_prev, beta = _kv_step(j, it0, turn0, q_smem, q_low_smem, k_bufs, v_bufs, k_ready,
+            b_o, m_i, l_i, p_prev, beta = _kv_step(j, it0, turn0, q_smem, k_bufs, v_bufs, k_ready,
                                                    v_ready, kv_empty, turns, s_zero, o_zero, b_o, m_i, l_i, p_prev,
                                                    beta, key_shift, q_pos, seq_k_len, diagonal, qk_scale, False,
                                                    CAUSAL, s_layout, o_layout, p_layout, WG, PINGPONG, V_KEY_MAJOR,
-                                                   P_SCALE_LOG2, TWO_LEVEL_PV, P_PER_TILE_PV, QUANTIZE_Q, CARRY_F32,
-                                                   Q_SPLIT, PV_WAIT_LATE)  # fmt: skip
+                                                   P_SCALE_LOG2, TWO_LEVEL_PV, P_PER_TILE_PV,
+                                                   QUANTIZE_Q)  # fmt: skip
         # blocks on the causal diagonal or past the sequence's last key
         for j in range(gl.maximum(num_full, 1), num_blocks):
-            b_o, m_i, l_i, p_prev, beta = _kv_step(j, it0, turn0, q_smem, q_low_smem, k_bufs, v_bufs, k_ready,
+            b_o, m_i, l_i, p_prev, beta = _kv_step(j, it0, turn0, q_smem, k_bufs, v_bufs, k_ready,
                                                    v_ready, kv_empty, turns, s_zero, o_zero, b_o, m_i, l_i, p_prev,
                                                    beta, key_shift, q_pos, seq_k_len, diagonal, qk_scale, True,
                                                    CAUSAL, s_layout, o_layout, p_layout, WG, PINGPONG, V_KEY_MAJOR,
-                                                   P_SCALE_LOG2, TWO_LEVEL_PV, P_PER_TILE_PV, QUANTIZE_Q, CARRY_F32,
-                                                   Q_SPLIT, PV_WAIT_LATE)  # fmt: skip
+                                                   P_SCALE_LOG2, TWO_LEVEL_PV, P_PER_TILE_PV,
+                                                   QUANTIZE_Q)  # fmt: skip
         last = num_blocks - 1
         s_last = (it0 + last) % STAGES
         mbarrier.wait(v_ready.index(s_last), ((it0 + last) // STAGES) & 1)
@@ -1003,8 +930,8 @@ if HAS_GLUON:
             else:
                 _zero_rows_from(v_bufs.index(s_last), seq_k_len - last * BLOCK_N, num_warps)
         _wait_turn(turns, turn0 + num_blocks, WG, PINGPONG)
-        o_tok = _pv_issue(p_prev, _v_operand(v_bufs, s_last, V_KEY_MAJOR), b_o, o_zero, p_layout, TWO_LEVEL_PV,
-                          CARRY_F32)  # fmt: skip
+        o_tok = _pv_issue(p_prev, _v_operand(v_bufs, s_last, V_KEY_MAJOR), b_o, o_zero, p_layout,
+                          TWO_LEVEL_PV)  # fmt: skip
         _pass_turn(turns, WG, PINGPONG)
         if P_PER_TILE_PV:
             b_pv = warpgroup_mma_wait(num_outstanding=0, deps=(o_tok,))
@@ -1047,18 +974,14 @@ if HAS_GLUON:
                           ROW0: gl.constexpr, ROWS: gl.constexpr, CAUSAL: gl.constexpr, PINGPONG: gl.constexpr,
                           RETURN_LSE: gl.constexpr, ZERO_TAIL: gl.constexpr, FP8: gl.constexpr,
                           P_SCALE_LOG2: gl.constexpr, TWO_LEVEL: gl.constexpr, P_PER_TILE: gl.constexpr,
-                          PV_WAIT_LATE: gl.constexpr,
-                          QUANTIZE_Q: gl.constexpr,
-                          Q_MAX: gl.constexpr, num_warps: gl.constexpr, it0, turn0, q_phase,
-                          CARRY_F32: gl.constexpr, VALID_D: gl.constexpr):  # fmt: skip
+                          QUANTIZE_Q: gl.constexpr, Q_MAX: gl.constexpr, num_warps: gl.constexpr, it0, turn0, q_phase,
+                          VALID_D: gl.constexpr):  # fmt: skip
         # the default partition of gl.warp_specialize must return a tuple
         _consumer(q_tile_smem, k_bufs, v_bufs, q_ready, k_ready, v_ready, kv_empty, turns, q_src, out_ptr, lse_ptr,
                   seq_q_start, seq_q_len, q_tile_start, q_head, seq_k_len, num_blocks, key_shift, qk_scale, out_scale,
                   stride_o_tok, stride_o_head, stride_lse_head, ROW0, ROWS, CAUSAL,
-                  PINGPONG, RETURN_LSE, ZERO_TAIL, FP8, P_SCALE_LOG2, TWO_LEVEL, P_PER_TILE,
-                  PV_WAIT_LATE, QUANTIZE_Q, Q_MAX,
-                  num_warps, it0,
-                  turn0, q_phase, CARRY_F32, VALID_D)  # fmt: skip
+                  PINGPONG, RETURN_LSE, ZERO_TAIL, FP8, P_SCALE_LOG2, TWO_LEVEL, P_PER_TILE, QUANTIZE_Q, Q_MAX,
+                  num_warps, it0, turn0, q_phase, VALID_D)  # fmt: skip
         return ()
 
     @gluon.jit
@@ -1083,33 +1006,6 @@ if HAS_GLUON:
         return n_tile_slots - 1 - work // num_q_heads, work % num_q_heads
 
     @gluon.jit
-    def _give_work(work_ids, work_ready, work_empty, given, work, seq, num_warps: gl.constexpr):
-        # The producer hands work item `work` and its sequence to both consumer warpgroups through slot
-        # given % WORK_SLOTS ([work, seq]: the consumers search nothing, and agree with the producer by construction)
-        SLOTS: gl.constexpr = work_ids.type.shape[0]
-        slot = given % SLOTS
-        mbarrier.wait(work_empty.index(slot), ((given // SLOTS) & 1) ^ 1)
-        layout: gl.constexpr = gl.BlockedLayout([2], [32], [num_warps], [0])
-        pair = gl.where(gl.arange(0, 2, layout=layout) == 0, work, seq)
-        work_ids.index(slot).store(pair)
-        mbarrier.arrive(work_ready.index(slot), count=1)  # releases the store to the consumers' wait
-
-    @gluon.jit
-    def _take_work(work_ids, work_ready, work_empty, taken, num_warps: gl.constexpr):
-        # A consumer warpgroup's next work item from the producer (see _give_work)
-        SLOTS: gl.constexpr = work_ids.type.shape[0]
-        slot = taken % SLOTS
-        mbarrier.wait(work_ready.index(slot), (taken // SLOTS) & 1)
-        layout: gl.constexpr = gl.BlockedLayout([2], [32], [num_warps], [0])
-        pair = work_ids.index(slot).load(layout)
-        first = gl.arange(0, 2, layout=layout) == 0
-        work = gl.sum(gl.where(first, pair, 0), axis=0)
-        seq = gl.sum(gl.where(first, 0, pair), axis=0)
-        _thread_barrier()  # every warp has read the slot before it is handed back
-        mbarrier.arrive(work_empty.index(slot), count=1)
-        return work, seq
-
-    @gluon.jit
     def _produce_work(work, it, items, q_desc, k_desc, v_desc, q_bufs, k_bufs, v_bufs, v_stage, q_ready, q_empty,
                       k_ready, v_ready, kv_empty, k_ptr, v_ptr, cu_seqlens_q_ptr, cu_seqlens_k_ptr, seqused_k_ptr,
                              block_table_ptr, num_seqs, total_q, total_k, num_cache_blocks, max_blocks, stride_bt_seq,
@@ -1118,8 +1014,7 @@ if HAS_GLUON:
                              v_cols_per_head, n_tile_slots, num_q_heads, GROUP: gl.constexpr, CAUSAL: gl.constexpr,
                              PAGED: gl.constexpr, PAGE_SIZE: gl.constexpr, PAGED_TMA: gl.constexpr,
                              HAS_SEQUSED: gl.constexpr, SEQ_FILTER: gl.constexpr, DECODE_MAX_Q: gl.constexpr,
-                             FP8: gl.constexpr, VALID_D: gl.constexpr, seq_known=0,
-                             SEQ_KNOWN: gl.constexpr = False):  # fmt: skip
+                             FP8: gl.constexpr, VALID_D: gl.constexpr):  # fmt: skip
         # One work item of the persistent producer (see _producer_persistent); returns the updated counts
         BLOCK_M: gl.constexpr = q_desc.block_type.shape[0]
         BLOCK_N: gl.constexpr = k_bufs.type.shape[1]
@@ -1128,8 +1023,7 @@ if HAS_GLUON:
         process, seq, seq_q_start, seq_q_len, q_tile_start, seq_k_start, seq_k_len, num_blocks, key_shift = (
             _tile_bounds(tile_id, cu_seqlens_q_ptr, cu_seqlens_k_ptr, seqused_k_ptr, num_seqs, total_q, total_k,
                          max_blocks, BLOCK_M, BLOCK_N, CAUSAL, PAGED, PAGE_SIZE, HAS_SEQUSED, SEQ_FILTER,
-                         DECODE_MAX_Q, FP8 and v_desc.dtype.primitive_bitwidth == 8, 32, gl.num_warps(), seq_known,
-                         SEQ_KNOWN)
+                         DECODE_MAX_Q, FP8 and v_desc.dtype.primitive_bitwidth == 8, 32, gl.num_warps())
         )  # fmt: skip
         if process & (num_blocks > 0):
             qb = items % Q_BUFS
@@ -1154,58 +1048,20 @@ if HAS_GLUON:
                              v_cols_per_head, n_tile_slots, num_q_heads, GROUP: gl.constexpr, CAUSAL: gl.constexpr,
                              PAGED: gl.constexpr, PAGE_SIZE: gl.constexpr, PAGED_TMA: gl.constexpr,
                              HAS_SEQUSED: gl.constexpr, SEQ_FILTER: gl.constexpr, DECODE_MAX_Q: gl.constexpr,
-                             FP8: gl.constexpr, VALID_D: gl.constexpr, sched_ptr, work_ids,
-                             work_ready, work_empty, DYNAMIC: gl.constexpr):  # fmt: skip
+                             FP8: gl.constexpr, VALID_D: gl.constexpr):  # fmt: skip
         # The producer's walk over this program's work items: Q into the next of Q_BUFS buffers once the consumers
         # are done with it (QUANTIZE_Q: q_desc / q_bufs are the 16-bit q and its staging tiles), K/V blocks into the
         # ring, whose slots and phases run on from tile to tile.
-        # DYNAMIC: items are taken from a counter shared by all programs (sched_ptr: [base, tickets], int64), so a
-        # program that finishes early takes the next item instead of a fixed share; each item goes to the consumers
-        # through work_ids. Every program's last ticket is past the last item (total), so a launch hands out exactly
-        # total + programs tickets: whoever draws the last one moves base there for the next launch.
         it = gl.program_id(0) * 0  # K/V blocks loaded so far
         items = gl.program_id(0) * 0  # tiles loaded so far
-        if DYNAMIC:
-            BLOCK_M: gl.constexpr = q_desc.block_type.shape[0]
-            BLOCK_N: gl.constexpr = k_bufs.type.shape[1]
-            total = n_tile_slots * num_q_heads
-            base = gl.load(sched_ptr)
-            given = gl.program_id(0) * 0
-            work = (gl.atomic_add(sched_ptr + 1, 1) - base).to(gl.int32)
-            while work < total:
-                next_work = (gl.atomic_add(sched_ptr + 1, 1) - base).to(gl.int32)  # in flight during this item
-                # the item's sequence, searched once here for the three partitions; items with no rows to compute (a
-                # mixed batch's decodes, spare slots) are dropped here: neither the consumers nor _produce_work see them
-                tile_id = _work_item(work, n_tile_slots, num_q_heads)[0]
-                seq = _find_sequence(cu_seqlens_q_ptr, tile_id, num_seqs, BLOCK_M, 32, gl.num_warps())
-                process = _tile_bounds(tile_id, cu_seqlens_q_ptr, cu_seqlens_k_ptr, seqused_k_ptr, num_seqs, total_q,
-                                       total_k, max_blocks, BLOCK_M, BLOCK_N, CAUSAL, PAGED, PAGE_SIZE, HAS_SEQUSED,
-                                       SEQ_FILTER, DECODE_MAX_Q, FP8 and v_desc.dtype.primitive_bitwidth == 8, 32,
-                                       gl.num_warps(), seq, True)[0]  # fmt: skip
-                if process:
-                    _give_work(work_ids, work_ready, work_empty, given, work, seq, gl.num_warps())
-                    given += 1
-                    it, items = _produce_work(work, it, items, q_desc, k_desc, v_desc, q_bufs, k_bufs, v_bufs, v_stage,
-                        q_ready, q_empty, k_ready, v_ready, kv_empty, k_ptr, v_ptr, cu_seqlens_q_ptr, cu_seqlens_k_ptr,
-                        seqused_k_ptr, block_table_ptr, num_seqs, total_q, total_k, num_cache_blocks, max_blocks,
-                        stride_bt_seq, stride_k_blk, stride_k_slot, stride_k_head, stride_v_blk, stride_v_slot,
-                        stride_v_head, k_rows_per_block, k_rows_per_head, k_cols_per_head, v_rows_per_block,
-                        v_rows_per_head, v_cols_per_head, n_tile_slots, num_q_heads, GROUP, CAUSAL, PAGED, PAGE_SIZE,
-                        PAGED_TMA, HAS_SEQUSED, SEQ_FILTER, DECODE_MAX_Q, FP8, VALID_D, seq,
-                        True)  # fmt: skip
-                work = next_work
-            _give_work(work_ids, work_ready, work_empty, given, total, 0, gl.num_warps())  # the consumers stop
-            if work == total + gl.num_programs(0) - 1:
-                gl.store(sched_ptr, base + total + gl.num_programs(0))
-        else:
-            for work in range(gl.program_id(0), n_tile_slots * num_q_heads, gl.num_programs(0)):
-                it, items = _produce_work(work, it, items, q_desc, k_desc, v_desc, q_bufs, k_bufs, v_bufs, v_stage,
-                    q_ready, q_empty, k_ready, v_ready, kv_empty, k_ptr, v_ptr, cu_seqlens_q_ptr, cu_seqlens_k_ptr,
-                    seqused_k_ptr, block_table_ptr, num_seqs, total_q, total_k, num_cache_blocks, max_blocks,
-                    stride_bt_seq, stride_k_blk, stride_k_slot, stride_k_head, stride_v_blk, stride_v_slot,
-                    stride_v_head, k_rows_per_block, k_rows_per_head, k_cols_per_head, v_rows_per_block,
-                    v_rows_per_head, v_cols_per_head, n_tile_slots, num_q_heads, GROUP, CAUSAL, PAGED, PAGE_SIZE,
-                    PAGED_TMA, HAS_SEQUSED, SEQ_FILTER, DECODE_MAX_Q, FP8, VALID_D)  # fmt: skip
+        for work in range(gl.program_id(0), n_tile_slots * num_q_heads, gl.num_programs(0)):
+            it, items = _produce_work(work, it, items, q_desc, k_desc, v_desc, q_bufs, k_bufs, v_bufs, v_stage,
+                q_ready, q_empty, k_ready, v_ready, kv_empty, k_ptr, v_ptr, cu_seqlens_q_ptr, cu_seqlens_k_ptr,
+                seqused_k_ptr, block_table_ptr, num_seqs, total_q, total_k, num_cache_blocks, max_blocks,
+                stride_bt_seq, stride_k_blk, stride_k_slot, stride_k_head, stride_v_blk, stride_v_slot,
+                stride_v_head, k_rows_per_block, k_rows_per_head, k_cols_per_head, v_rows_per_block,
+                v_rows_per_head, v_cols_per_head, n_tile_slots, num_q_heads, GROUP, CAUSAL, PAGED, PAGE_SIZE,
+                PAGED_TMA, HAS_SEQUSED, SEQ_FILTER, DECODE_MAX_Q, FP8, VALID_D)  # fmt: skip
 
     @gluon.jit
     def _consume_work(work, it, items, q_bufs, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, kv_empty, turns,
@@ -1218,14 +1074,12 @@ if HAS_GLUON:
                              RETURN_LSE: gl.constexpr, ZERO_TAIL: gl.constexpr, PAGED: gl.constexpr,
                              PAGE_SIZE: gl.constexpr, HAS_SEQUSED: gl.constexpr, SEQ_FILTER: gl.constexpr,
                              DECODE_MAX_Q: gl.constexpr, FP8: gl.constexpr, P_SCALE_LOG2: gl.constexpr,
-                             TWO_LEVEL: gl.constexpr, P_PER_TILE: gl.constexpr,
-                             PV_WAIT_LATE: gl.constexpr, QUANTIZE_Q: gl.constexpr,
+                             TWO_LEVEL: gl.constexpr, P_PER_TILE: gl.constexpr, QUANTIZE_Q: gl.constexpr,
                              Q_MAX: gl.constexpr,
                              HAS_Q_DESCALE: gl.constexpr, HAS_K_DESCALE: gl.constexpr, HAS_V_DESCALE: gl.constexpr,
-                             num_warps: gl.constexpr, CARRY_F32: gl.constexpr, VALID_D: gl.constexpr, seq_known=0,
-                             SEQ_KNOWN: gl.constexpr = False):  # fmt: skip
+                             num_warps: gl.constexpr, VALID_D: gl.constexpr):  # fmt: skip
         # One work item of a persistent consumer warpgroup (see _consumer_persistent); returns the updated counts
-        BLOCK_M: gl.constexpr = 2 * ROWS  # the tile's rows: two warpgroups' (a split q's Q buffer holds twice that)
+        BLOCK_M: gl.constexpr = 2 * ROWS  # the tile's rows: two warpgroups'
         HEAD_DIM: gl.constexpr = q_bufs.type.shape[2]
         BLOCK_N: gl.constexpr = k_bufs.type.shape[1]
         Q_BUFS: gl.constexpr = q_bufs.type.shape[0]
@@ -1233,8 +1087,7 @@ if HAS_GLUON:
         process, seq, seq_q_start, seq_q_len, q_tile_start, seq_k_start, seq_k_len, num_blocks, key_shift = (
             _tile_bounds(tile_id, cu_seqlens_q_ptr, cu_seqlens_k_ptr, seqused_k_ptr, num_seqs, total_q, total_k,
                          max_blocks, BLOCK_M, BLOCK_N, CAUSAL, PAGED, PAGE_SIZE, HAS_SEQUSED, SEQ_FILTER,
-                         DECODE_MAX_Q, FP8 and v_bufs.dtype.primitive_bitwidth == 8, 32, num_warps, seq_known,
-                         SEQ_KNOWN)
+                         DECODE_MAX_Q, FP8 and v_bufs.dtype.primitive_bitwidth == 8, 32, num_warps)
         )  # fmt: skip
         if process:
             if num_blocks == 0:
@@ -1255,9 +1108,8 @@ if HAS_GLUON:
                           q_tile_src, out_ptr, lse_ptr, seq_q_start, seq_q_len, q_tile_start, q_head, seq_k_len,
                           num_blocks, key_shift, qk_scale, out_scale, stride_o_tok,
                           stride_o_head, stride_lse_head, ROW0, ROWS, CAUSAL, PINGPONG, RETURN_LSE, ZERO_TAIL,
-                          FP8, P_SCALE_LOG2, TWO_LEVEL, P_PER_TILE,
-                          PV_WAIT_LATE, QUANTIZE_Q, Q_MAX, num_warps, it, it + items,
-                          (items // Q_BUFS) & 1, CARRY_F32, VALID_D, q_empty.index(qb), QUANTIZE_Q)  # fmt: skip
+                          FP8, P_SCALE_LOG2, TWO_LEVEL, P_PER_TILE, QUANTIZE_Q, Q_MAX, num_warps, it, it + items,
+                          (items // Q_BUFS) & 1, VALID_D, q_empty.index(qb), QUANTIZE_Q)  # fmt: skip
                 if not QUANTIZE_Q:  # (QUANTIZE_Q: handed back once rounded, in _consumer)
                     mbarrier.arrive(q_empty.index(qb), count=1)  # this warpgroup's QK wgmmas are done with it
                 it += num_blocks
@@ -1275,46 +1127,23 @@ if HAS_GLUON:
                              RETURN_LSE: gl.constexpr, ZERO_TAIL: gl.constexpr, PAGED: gl.constexpr,
                              PAGE_SIZE: gl.constexpr, HAS_SEQUSED: gl.constexpr, SEQ_FILTER: gl.constexpr,
                              DECODE_MAX_Q: gl.constexpr, FP8: gl.constexpr, P_SCALE_LOG2: gl.constexpr,
-                             TWO_LEVEL: gl.constexpr, P_PER_TILE: gl.constexpr,
-                             PV_WAIT_LATE: gl.constexpr, QUANTIZE_Q: gl.constexpr,
+                             TWO_LEVEL: gl.constexpr, P_PER_TILE: gl.constexpr, QUANTIZE_Q: gl.constexpr,
                              Q_MAX: gl.constexpr,
                              HAS_Q_DESCALE: gl.constexpr, HAS_K_DESCALE: gl.constexpr, HAS_V_DESCALE: gl.constexpr,
-                             num_warps: gl.constexpr, CARRY_F32: gl.constexpr, VALID_D: gl.constexpr, sched_ptr,
-                             work_ids, work_ready, work_empty, DYNAMIC: gl.constexpr):  # fmt: skip
+                             num_warps: gl.constexpr, VALID_D: gl.constexpr):  # fmt: skip
         # A consumer warpgroup's walk over the same work items as the producer: each tile as in the non-persistent
-        # kernel (_consumer), its ring blocks, wgmma turns and Q buffer counted on from the tiles before. DYNAMIC: the
-        # items come from the producer through work_ids (see _producer_persistent) until one is past the last.
+        # kernel (_consumer), its ring blocks, wgmma turns and Q buffer counted on from the tiles before.
         it = gl.program_id(0) * 0  # K/V blocks consumed so far
         items = gl.program_id(0) * 0  # tiles computed so far (each took its blocks + 1 wgmma turns)
-        if DYNAMIC:
-            total = n_tile_slots * num_q_heads
-            taken = gl.program_id(0) * 0
-            work, seq = _take_work(work_ids, work_ready, work_empty, taken, num_warps)
-            while work < total:
-                it, items = _consume_work(work, it, items, q_bufs, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready,
-                    kv_empty, turns, q_src, out_ptr, lse_ptr, cu_seqlens_q_ptr, cu_seqlens_k_ptr, seqused_k_ptr,
-                    q_descale_ptr, k_descale_ptr, v_descale_ptr, num_seqs, total_q, total_k, max_blocks, softmax_scale,
-                    stride_o_tok, stride_o_head, stride_lse_head, stride_qdesc_seq,
-                    stride_qdesc_head, stride_kdesc_seq, stride_kdesc_head, stride_vdesc_seq, stride_vdesc_head,
-                    n_tile_slots, num_q_heads, GROUP, ROW0, ROWS, CAUSAL, PINGPONG, RETURN_LSE, ZERO_TAIL, PAGED,
-                    PAGE_SIZE, HAS_SEQUSED, SEQ_FILTER, DECODE_MAX_Q, FP8, P_SCALE_LOG2, TWO_LEVEL, P_PER_TILE,
-                    PV_WAIT_LATE,
-                    QUANTIZE_Q, Q_MAX,
-                    HAS_Q_DESCALE, HAS_K_DESCALE, HAS_V_DESCALE, num_warps, CARRY_F32, VALID_D, seq, True)  # fmt: skip
-                taken += 1
-                work, seq = _take_work(work_ids, work_ready, work_empty, taken, num_warps)
-        else:
-            for work in range(gl.program_id(0), n_tile_slots * num_q_heads, gl.num_programs(0)):
-                it, items = _consume_work(work, it, items, q_bufs, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready,
-                    kv_empty, turns, q_src, out_ptr, lse_ptr, cu_seqlens_q_ptr, cu_seqlens_k_ptr, seqused_k_ptr,
-                    q_descale_ptr, k_descale_ptr, v_descale_ptr, num_seqs, total_q, total_k, max_blocks, softmax_scale,
-                    stride_o_tok, stride_o_head, stride_lse_head, stride_qdesc_seq,
-                    stride_qdesc_head, stride_kdesc_seq, stride_kdesc_head, stride_vdesc_seq, stride_vdesc_head,
-                    n_tile_slots, num_q_heads, GROUP, ROW0, ROWS, CAUSAL, PINGPONG, RETURN_LSE, ZERO_TAIL, PAGED,
-                    PAGE_SIZE, HAS_SEQUSED, SEQ_FILTER, DECODE_MAX_Q, FP8, P_SCALE_LOG2, TWO_LEVEL, P_PER_TILE,
-                    PV_WAIT_LATE,
-                    QUANTIZE_Q, Q_MAX,
-                    HAS_Q_DESCALE, HAS_K_DESCALE, HAS_V_DESCALE, num_warps, CARRY_F32, VALID_D)  # fmt: skip
+        for work in range(gl.program_id(0), n_tile_slots * num_q_heads, gl.num_programs(0)):
+            it, items = _consume_work(work, it, items, q_bufs, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready,
+                kv_empty, turns, q_src, out_ptr, lse_ptr, cu_seqlens_q_ptr, cu_seqlens_k_ptr, seqused_k_ptr,
+                q_descale_ptr, k_descale_ptr, v_descale_ptr, num_seqs, total_q, total_k, max_blocks, softmax_scale,
+                stride_o_tok, stride_o_head, stride_lse_head, stride_qdesc_seq,
+                stride_qdesc_head, stride_kdesc_seq, stride_kdesc_head, stride_vdesc_seq, stride_vdesc_head,
+                n_tile_slots, num_q_heads, GROUP, ROW0, ROWS, CAUSAL, PINGPONG, RETURN_LSE, ZERO_TAIL, PAGED,
+                PAGE_SIZE, HAS_SEQUSED, SEQ_FILTER, DECODE_MAX_Q, FP8, P_SCALE_LOG2, TWO_LEVEL, P_PER_TILE,
+                QUANTIZE_Q, Q_MAX, HAS_Q_DESCALE, HAS_K_DESCALE, HAS_V_DESCALE, num_warps, VALID_D)  # fmt: skip
 
     @gluon.jit
     def _consumer_persistent_default(q_bufs, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, kv_empty, turns,
@@ -1328,13 +1157,11 @@ if HAS_GLUON:
                                      RETURN_LSE: gl.constexpr, ZERO_TAIL: gl.constexpr, PAGED: gl.constexpr,
                                      PAGE_SIZE: gl.constexpr, HAS_SEQUSED: gl.constexpr, SEQ_FILTER: gl.constexpr,
                                      DECODE_MAX_Q: gl.constexpr, FP8: gl.constexpr, P_SCALE_LOG2: gl.constexpr,
-                                     TWO_LEVEL: gl.constexpr, P_PER_TILE: gl.constexpr,
-                                     PV_WAIT_LATE: gl.constexpr, QUANTIZE_Q: gl.constexpr,
+                                     TWO_LEVEL: gl.constexpr, P_PER_TILE: gl.constexpr, QUANTIZE_Q: gl.constexpr,
                                      Q_MAX: gl.constexpr,
                                      HAS_Q_DESCALE: gl.constexpr, HAS_K_DESCALE: gl.constexpr,
                                      HAS_V_DESCALE: gl.constexpr, num_warps: gl.constexpr,
-                                     CARRY_F32: gl.constexpr, VALID_D: gl.constexpr, sched_ptr, work_ids,
-                                     work_ready, work_empty, DYNAMIC: gl.constexpr):  # fmt: skip
+                                     VALID_D: gl.constexpr):  # fmt: skip
         _consumer_persistent(q_bufs, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, kv_empty, turns, q_src,
                              out_ptr, lse_ptr, cu_seqlens_q_ptr, cu_seqlens_k_ptr, seqused_k_ptr, q_descale_ptr,
                              k_descale_ptr, v_descale_ptr, num_seqs, total_q, total_k, max_blocks, softmax_scale,
@@ -1342,10 +1169,8 @@ if HAS_GLUON:
                              stride_qdesc_seq, stride_qdesc_head, stride_kdesc_seq, stride_kdesc_head,
                              stride_vdesc_seq, stride_vdesc_head, n_tile_slots, num_q_heads, GROUP, ROW0, ROWS, CAUSAL,
                              PINGPONG, RETURN_LSE, ZERO_TAIL, PAGED, PAGE_SIZE, HAS_SEQUSED, SEQ_FILTER,
-                             DECODE_MAX_Q, FP8, P_SCALE_LOG2, TWO_LEVEL, P_PER_TILE,
-                             PV_WAIT_LATE, QUANTIZE_Q, Q_MAX, HAS_Q_DESCALE,
-                             HAS_K_DESCALE, HAS_V_DESCALE, num_warps, CARRY_F32, VALID_D, sched_ptr, work_ids,
-                             work_ready, work_empty, DYNAMIC)  # fmt: skip
+                             DECODE_MAX_Q, FP8, P_SCALE_LOG2, TWO_LEVEL, P_PER_TILE, QUANTIZE_Q, Q_MAX,
+                             HAS_Q_DESCALE, HAS_K_DESCALE, HAS_V_DESCALE, num_warps, VALID_D)  # fmt: skip
         return ()
 
     # Lengths, counts and the widths they set (block table, lse rows) change per batch: not specialized, so a new
@@ -1374,7 +1199,6 @@ if HAS_GLUON:
         q_descale_ptr,  # fp32, [batch | broadcast, Hk | broadcast] (HAS_Q_DESCALE); likewise k and v
         k_descale_ptr,
         v_descale_ptr,
-        sched_ptr,  # DYNAMIC: int64 [base, tickets], shared by the launches on this device (see _producer_persistent)
         num_seqs,
         total_q,  # rows of q / out: no store goes past them, whatever cu_seqlens_q holds
         total_k,  # rows of contiguous k / v
@@ -1423,28 +1247,23 @@ if HAS_GLUON:
         # FP8 with TWO_LEVEL and key-major V: P taken relative to each block's row max at fp8's max (the fp8 error
         # study's (b)); each block's P@V and row sum join O and l scaled by one fp32 factor per row
         P_PER_TILE: gl.constexpr,
-        PV_WAIT_LATE: gl.constexpr,  # the P@V wait kept after the softmax (see _after_softmax)
         EARLY_K_RELEASE: gl.constexpr,  # K and V slots handed back apart, K once its QK is done (see _release_k)
         QUANTIZE_Q: gl.constexpr,  # FP8 with a 16-bit q: rounded to fp8 here, per row
         Q_MAX: gl.constexpr,  # QUANTIZE_Q: the largest |q| after its row scale
-        Q_SPLIT: gl.constexpr,  # QUANTIZE_Q as two fp8 terms (hi, then the rest), stacked in a Q tile of 2 BLOCK_M rows
         HAS_Q_DESCALE: gl.constexpr,
         HAS_K_DESCALE: gl.constexpr,
         HAS_V_DESCALE: gl.constexpr,
-        P_CARRY_F32: gl.constexpr,  # 16-bit P carried to its P@V in fp32, converted there (see _to_p)
         PERSISTENT: gl.constexpr,  # one program per SM slot walks (tile slot, q head) items; grid (programs,)
         Q_BUFS: gl.constexpr,  # PERSISTENT: Q buffers (2: the next tile's Q loads during this one)
         VALID_D: gl.constexpr,  # q/k/v's head size: D of the tiles (64/128/256) or less, padded (see _consumer)
-        DYNAMIC: gl.constexpr,  # PERSISTENT: work items taken from a shared counter instead of a fixed share
         num_warps: gl.constexpr,
     ):
         BLOCK_M: gl.constexpr = q_desc.block_type.shape[0]
         HEAD_DIM: gl.constexpr = q_desc.block_type.shape[1]
-        Q_ROWS: gl.constexpr = 2 * BLOCK_M if Q_SPLIT else BLOCK_M  # Q_SPLIT: the rest's rows below q's
         # fp8 K/V with a 16-bit q (not rounded to fp8): the gathering producer widens K to q's type too, into slots
         # of q's layout, and arrives once (k_desc stays fp8: the staging tiles' type and layout); contiguous K/V too
         WIDEN_K: gl.constexpr = FP8 and q_desc.dtype.primitive_bitwidth == 16
-        # fp8 V widened to 16 bits is gathered, paged or contiguous (K widened, or a split q: see Q_SPLIT)
+        # fp8 V widened to 16 bits is gathered, paged or contiguous
         GATHER: gl.constexpr = (PAGED and not PAGED_TMA) or (FP8 and v_desc.dtype.primitive_bitwidth == 16)
         if PAGED and not PAGED_TMA:
             # supports() admits page strides that are multiples of one 16-byte copy (8 elements of 16 bits), but the
@@ -1473,7 +1292,7 @@ if HAS_GLUON:
         HALF: gl.constexpr = BLOCK_M // 2
         FIRST: gl.constexpr = 0
         if PERSISTENT:
-            q_bufs = gl.allocate_shared_memory(q_desc.dtype, [Q_BUFS, Q_ROWS, HEAD_DIM], q_desc.layout)
+            q_bufs = gl.allocate_shared_memory(q_desc.dtype, [Q_BUFS, BLOCK_M, HEAD_DIM], q_desc.layout)
             if QUANTIZE_Q:  # the producer's TMA stages the 16-bit q here, a tile ahead; the consumers round it
                 q_stage = gl.allocate_shared_memory(q16_desc.dtype, [Q_BUFS, BLOCK_M, HEAD_DIM], q16_desc.layout)
             else:
@@ -1508,18 +1327,6 @@ if HAS_GLUON:
                 mbarrier.init(kv_empty.index(i), count=2)
                 if EARLY_K_RELEASE:
                     mbarrier.init(kv_empty.index(STAGES + i), count=2)
-            if DYNAMIC:  # the producer's items for the consumers (see _give_work)
-                work_ids = gl.allocate_shared_memory(gl.int32, [WORK_SLOTS, 2],
-                                                     gl.SwizzledSharedLayout(1, 1, 1, order=[0]))  # fmt: skip
-                work_ready = gl.allocate_shared_memory(gl.int64, [WORK_SLOTS, 1], mbarrier.MBarrierLayout())
-                work_empty = gl.allocate_shared_memory(gl.int64, [WORK_SLOTS, 1], mbarrier.MBarrierLayout())
-                for i in gl.static_range(WORK_SLOTS):
-                    mbarrier.init(work_ready.index(i), count=1)
-                    mbarrier.init(work_empty.index(i), count=2)  # both consumer warpgroups
-            else:
-                work_ids = q_ready  # unused
-                work_ready = q_ready
-                work_empty = q_ready
             gl.warp_specialize(
                 [
                     (_consumer_persistent_default, (
@@ -1530,9 +1337,8 @@ if HAS_GLUON:
                         stride_qdesc_head, stride_kdesc_seq, stride_kdesc_head, stride_vdesc_seq, stride_vdesc_head,
                         n_tile_slots, num_q_heads, GROUP, FIRST, HALF, CAUSAL, PINGPONG, RETURN_LSE, ZERO_TAIL,
                         PAGED, PAGE_SIZE, HAS_SEQUSED, SEQ_FILTER, DECODE_MAX_Q, FP8, P_SCALE_LOG2, TWO_LEVEL,
-                        P_PER_TILE, PV_WAIT_LATE,
-                        QUANTIZE_Q, Q_MAX, HAS_Q_DESCALE, HAS_K_DESCALE, HAS_V_DESCALE, num_warps, P_CARRY_F32,
-                        VALID_D, sched_ptr, work_ids, work_ready, work_empty, DYNAMIC)),
+                        P_PER_TILE, QUANTIZE_Q, Q_MAX, HAS_Q_DESCALE, HAS_K_DESCALE, HAS_V_DESCALE, num_warps,
+                        VALID_D)),
                     (_consumer_persistent, (
                         q_bufs, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, kv_empty, turns, q_stage, out_ptr,
                         lse_ptr, cu_seqlens_q_ptr, cu_seqlens_k_ptr, seqused_k_ptr, q_descale_ptr, k_descale_ptr,
@@ -1541,9 +1347,8 @@ if HAS_GLUON:
                         stride_qdesc_head, stride_kdesc_seq, stride_kdesc_head, stride_vdesc_seq, stride_vdesc_head,
                         n_tile_slots, num_q_heads, GROUP, HALF, HALF, CAUSAL, PINGPONG, RETURN_LSE, ZERO_TAIL,
                         PAGED, PAGE_SIZE, HAS_SEQUSED, SEQ_FILTER, DECODE_MAX_Q, FP8, P_SCALE_LOG2, TWO_LEVEL,
-                        P_PER_TILE, PV_WAIT_LATE,
-                        QUANTIZE_Q, Q_MAX, HAS_Q_DESCALE, HAS_K_DESCALE, HAS_V_DESCALE, num_warps, P_CARRY_F32,
-                        VALID_D, sched_ptr, work_ids, work_ready, work_empty, DYNAMIC)),
+                        P_PER_TILE, QUANTIZE_Q, Q_MAX, HAS_Q_DESCALE, HAS_K_DESCALE, HAS_V_DESCALE, num_warps,
+                        VALID_D)),
                     (_producer_persistent, (
                         q16_desc, k_desc, v_desc, q_stage, k_bufs, v_bufs, v_stage, q_ready, q_empty, k_ready, v_ready,
                         kv_empty,
@@ -1552,8 +1357,7 @@ if HAS_GLUON:
                         stride_k_head, stride_v_blk, stride_v_slot, stride_v_head, k_rows_per_block,
                         k_rows_per_head, k_cols_per_head, v_rows_per_block, v_rows_per_head, v_cols_per_head,
                         n_tile_slots, num_q_heads, GROUP, CAUSAL, PAGED, PAGE_SIZE, PAGED_TMA, HAS_SEQUSED,
-                        SEQ_FILTER, DECODE_MAX_Q, FP8, VALID_D, sched_ptr, work_ids, work_ready,
-                        work_empty, DYNAMIC)),
+                        SEQ_FILTER, DECODE_MAX_Q, FP8, VALID_D)),
                 ],
                 [num_warps, PRODUCER_WARPS],
                 [WORKER_REGS, PERSISTENT_PRODUCER_REGS if not GATHER else PRODUCER_REGS_],
@@ -1568,10 +1372,8 @@ if HAS_GLUON:
                           v_cols_per_head, stride_qdesc_seq, stride_qdesc_head, stride_kdesc_seq, stride_kdesc_head,
                           stride_vdesc_seq, stride_vdesc_head, GROUP, CAUSAL, PINGPONG, RETURN_LSE, PAGED,
                           PAGE_SIZE, PAGED_TMA, BLOCK_N, HAS_SEQUSED, SEQ_FILTER, DECODE_MAX_Q, STAGES, FP8,
-                          P_SCALE_LOG2, TWO_LEVEL, P_PER_TILE,
-                          PV_WAIT_LATE, QUANTIZE_Q, Q_MAX, HAS_Q_DESCALE, HAS_K_DESCALE,
-                          HAS_V_DESCALE,
-                          P_CARRY_F32, num_warps, VALID_D, Q_ROWS, EARLY_K_RELEASE)  # fmt: skip
+                          P_SCALE_LOG2, TWO_LEVEL, P_PER_TILE, QUANTIZE_Q, Q_MAX, HAS_Q_DESCALE, HAS_K_DESCALE,
+                          HAS_V_DESCALE, num_warps, VALID_D, EARLY_K_RELEASE)  # fmt: skip
 
     @gluon.jit
     def _tile_program(q_desc, k_desc, v_desc, q16_desc, k_ptr, v_ptr, out_ptr, lse_ptr, cu_seqlens_q_ptr,
@@ -1586,12 +1388,10 @@ if HAS_GLUON:
                       PAGED_TMA: gl.constexpr, BLOCK_N: gl.constexpr, HAS_SEQUSED: gl.constexpr,
                       SEQ_FILTER: gl.constexpr, DECODE_MAX_Q: gl.constexpr, STAGES: gl.constexpr,
                       FP8: gl.constexpr, P_SCALE_LOG2: gl.constexpr, TWO_LEVEL: gl.constexpr, P_PER_TILE: gl.constexpr,
-                      PV_WAIT_LATE: gl.constexpr,
                       QUANTIZE_Q: gl.constexpr, Q_MAX: gl.constexpr, HAS_Q_DESCALE: gl.constexpr,
-                      HAS_K_DESCALE: gl.constexpr, HAS_V_DESCALE: gl.constexpr, P_CARRY_F32: gl.constexpr,
-                      num_warps: gl.constexpr, VALID_D: gl.constexpr, Q_ROWS: gl.constexpr,
-                      EARLY_K_RELEASE: gl.constexpr):  # fmt: skip
-        # One program per (q head, q tile slot): grid (Hq, slots). Q_ROWS: the Q tile's rows (see the kernel's)
+                      HAS_K_DESCALE: gl.constexpr, HAS_V_DESCALE: gl.constexpr, num_warps: gl.constexpr,
+                      VALID_D: gl.constexpr, EARLY_K_RELEASE: gl.constexpr):  # fmt: skip
+        # One program per (q head, q tile slot): grid (Hq, slots)
         BLOCK_M: gl.constexpr = q_desc.block_type.shape[0]
         HEAD_DIM: gl.constexpr = q_desc.block_type.shape[1]
         q_head = gl.program_id(0)
@@ -1611,7 +1411,7 @@ if HAS_GLUON:
             else:
                 WIDEN_K: gl.constexpr = FP8 and q_desc.dtype.primitive_bitwidth == 16  # as the kernel's
                 GATHER: gl.constexpr = (PAGED and not PAGED_TMA) or (FP8 and v_desc.dtype.primitive_bitwidth == 16)
-                q_smem = gl.allocate_shared_memory(q_desc.dtype, [Q_ROWS, HEAD_DIM], q_desc.layout)
+                q_smem = gl.allocate_shared_memory(q_desc.dtype, [BLOCK_M, HEAD_DIM], q_desc.layout)
                 if QUANTIZE_Q:  # the producer's TMA stages the 16-bit q here; the consumers round it into q_smem
                     q_stage = gl.allocate_shared_memory(q16_desc.dtype, [BLOCK_M, HEAD_DIM], q16_desc.layout)
                 else:
@@ -1667,16 +1467,14 @@ if HAS_GLUON:
                                              seq_k_len, num_blocks, key_shift, qk_scale, out_scale,
                                              stride_o_tok, stride_o_head, stride_lse_head, FIRST,
                                              HALF, CAUSAL, PINGPONG, RETURN_LSE, ZERO_TAIL, FP8, P_SCALE_LOG2,
-                                             TWO_LEVEL, P_PER_TILE,
-                                             PV_WAIT_LATE, QUANTIZE_Q, Q_MAX, num_warps, 0, 0, 0, P_CARRY_F32,
+                                             TWO_LEVEL, P_PER_TILE, QUANTIZE_Q, Q_MAX, num_warps, 0, 0, 0,
                                              VALID_D)),
                         (_consumer, (q_smem, k_bufs, v_bufs, q_ready, k_ready, v_ready, kv_empty, turns, q_stage,
                                      out_ptr, lse_ptr, seq_q_start, seq_q_len, q_tile_start, q_head, seq_k_len,
                                      num_blocks, key_shift, qk_scale, out_scale,
                                      stride_o_tok, stride_o_head, stride_lse_head, HALF, HALF, CAUSAL, PINGPONG,
-                                     RETURN_LSE, ZERO_TAIL, FP8, P_SCALE_LOG2, TWO_LEVEL, P_PER_TILE,
-                                     PV_WAIT_LATE, QUANTIZE_Q, Q_MAX,
-                                     num_warps, 0, 0, 0, P_CARRY_F32, VALID_D)),
+                                     RETURN_LSE, ZERO_TAIL, FP8, P_SCALE_LOG2, TWO_LEVEL, P_PER_TILE, QUANTIZE_Q,
+                                     Q_MAX, num_warps, 0, 0, 0, VALID_D)),
                         (_producer, (q16_desc, k_desc, v_desc, q_stage, k_bufs, v_bufs, v_stage, q_ready, k_ready,
                                      v_ready, kv_empty, seq_q_start + q_tile_start, q_head * VALID_D,
                                      seq_k_start - key_shift, k_ptr, v_ptr, block_table_ptr, seq, stride_bt_seq,
@@ -1716,32 +1514,22 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
                         softmax_scale: float, causal: bool, seq_filter: int, decode_max_q: int,
                         pingpong: bool = True, q_descale=None, k_descale=None, v_descale=None,
                         quantize_q: bool = False, two_level: bool = True, stages: int = 0,
-                        paged_tma: bool = False, persistent_programs: int = 0,
-                        p_carry_f32: bool = False, block_n: int = 0, dynamic: bool = False,
-                        fp8_v16: bool = False, q_split: bool = False,
-                        fp8_v16_contiguous: bool = False, p_per_tile: bool = False,
-                        pv_wait_late: bool = False, named_turns: bool = False,
+                        paged_tma: bool = False, persistent_programs: int = 0, block_n: int = 0,
+                        fp8_v16: bool = False, fp8_v16_contiguous: bool = False, p_per_tile: bool = False,
                         early_k_release: bool = False):  # fmt: skip
     """(kernel, grid, args, constexprs, options) of one warp-specialized prefill launch; `supports` must hold.
 
     fp8 K/V: V is read from its key-major copy (`key_major_v`, made here); quantize_q rounds a 16-bit q to K's fp8
     type in the kernel. Descales: fp32 of shape [], [1] or [batch, Hk]. stages: K/V ring slots (0: tiles_for's).
     paged_tma: a paged cache whose pages `paged_tma_view` describes is read through TMA (else cp.async gathers).
-    persistent_programs: > 0, a persistent grid of at most that many programs (one per SM slot) walks the tiles;
-    dynamic: they take the tiles from a counter shared by the launches on q's device (`_scheduler`), not in fixed
-    shares (calls on several streams at once would share it: one stream at a time).
-    p_carry_f32: 16-bit P is carried to its P@V in fp32 and converted there (no repacking of a loop-carried 16-bit
-    tensor: 32 fewer instructions per block at D 128, 32 more registers; D <= 128, not with gathered pages nor the
-    persistent grid, where it spills). block_n: keys per block (0: tiles_for's). fp8_v16: gathered fp8 V is widened
-    to fp16 by the producer (no transpose) and P@V is a 16-bit wgmma; QK stays fp8. A 16-bit q not quantized
-    (`supports`' widen_k): K and V, paged or contiguous, are gathered and widened to q's type and fp16, both wgmmas
-    16-bit. q_split (with quantize_q): q as two fp8 terms, QK as two fp8 wgmmas into one accumulator.
+    persistent_programs: > 0, a persistent grid of at most that many programs (one per SM slot) walks the tiles in
+    fixed shares. block_n: keys per block (0: tiles_for's). fp8_v16: gathered fp8 V is widened to fp16 by the
+    producer (no transpose) and P@V is a 16-bit wgmma; QK stays fp8. A 16-bit q not quantized (`supports`'
+    widen_k): K and V, paged or contiguous, are gathered and widened to q's type and fp16, both wgmmas 16-bit.
     fp8_v16_contiguous: contiguous fp8 K/V are gathered and V widened as fp8_v16 does for pages (no key-major copy).
     p_per_tile (with two_level, where P meets key-major fp8 V): P scaled per (row, key block) to fp8's max, the fp8
-    error study's (b), instead of the fixed power of two. pv_wait_late: the P@V of block j - 1 waited for after the
-    softmax of block j, not before it (see _after_softmax). named_turns (with pingpong): the consumers hand the
-    tensor cores over through hardware named barriers (see _wait_turn). early_k_release: a ring slot's K is handed
-    back once its QK is done, its V after its P@V (see _release_k).
+    error study's (b), instead of the fixed power of two. early_k_release: a ring slot's K is handed back once its
+    QK is done, its V after its P@V (see _release_k).
     """
     total_q, num_q_heads, valid_d = q.shape
     head_dim = tile_head_dim(valid_d)  # the tiles' D; a smaller head size is padded (supports' pad_head_dim)
@@ -1751,10 +1539,9 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
     num_seqs = cu_seqlens_q.shape[0] - 1
     # a 16-bit q not rounded to fp8 (`supports`' widen_k): K widened to q's type, V to fp16, both gathered
     widened_k = widens_k(q.dtype, k.dtype, quantize_q)
-    q_split = q_split and quantize_q
     # V widened to fp16 by the gathering producer: paged with fp8_v16, and contiguous K/V that are gathered (K
-    # widened too, a split q: the 16-bit P@V keeps what the second term of q buys, or fp8_v16_contiguous)
-    widened_v = widened_k or (fp8 and (q_split or (fp8_v16 if paged else fp8_v16_contiguous)))
+    # widened too, or fp8_v16_contiguous)
+    widened_v = widened_k or (fp8 and (fp8_v16 if paged else fp8_v16_contiguous))
     default_block_n, default_stages = tiles_for(
         head_dim, paged and not fp8, fp8 and causal and not paged and not widened_v, widened_k
     )
@@ -1833,7 +1620,6 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
         seqused_k if seqused_k is not None else cu_seqlens_q,
         block_table if paged else cu_seqlens_q,
         *(d if d is not None else out for d in (q_descale, k_descale, v_descale)),
-        _scheduler(q.device) if dynamic and persistent_programs > 0 else cu_seqlens_q,
         num_seqs, total_q, total_k, num_cache_blocks, max_blocks, float(softmax_scale),
         out.stride(0), out.stride(1), lse.stride(0) if lse is not None else 0,
         block_table.stride(0) if paged else 0, *kv_strides, *page_rows,
@@ -1843,7 +1629,7 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
     constexprs = dict(
         GROUP=num_q_heads // num_kv_heads,
         CAUSAL=causal,
-        PINGPONG=NAMED_TURNS if pingpong and named_turns else pingpong,
+        PINGPONG=pingpong,
         RETURN_LSE=lse is not None,
         PAGED=paged,
         PAGE_SIZE=page_size,
@@ -1858,37 +1644,20 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
         P_SCALE_LOG2=int(math.log2(p_scale(v.dtype))) if fp8 and not widened_v else 0,
         TWO_LEVEL=two_level,
         P_PER_TILE=p_per_tile and two_level and fp8 and not widened_v,
-        PV_WAIT_LATE=pv_wait_late,
         EARLY_K_RELEASE=early_k_release,
         QUANTIZE_Q=quantize_q,
         Q_MAX=fp8_max(k.dtype) if quantize_q else 0.0,
-        Q_SPLIT=q_split,
         HAS_Q_DESCALE=q_descale is not None,
         HAS_K_DESCALE=k_descale is not None,
         HAS_V_DESCALE=v_descale is not None,
-        # the fp32 P's 32 extra registers spill at D 256, beside a gathering producer (224-register consumers) and in
-        # the persistent consumers (sm_90 SASS)
-        P_CARRY_F32=p_carry_f32
-        and not fp8
-        and head_dim <= 128
-        and not (paged and not paged_tma)
-        and persistent_programs == 0,
         PERSISTENT=persistent_programs > 0,
         # a second Q buffer (the next tile's Q loads during this one) where shared memory has room: not at D 256.
         # QUANTIZE_Q needs one: the consumers hand the 16-bit staging tile back once they have rounded it (early in
         # the tile, so the next one loads during this one) and each warpgroup rewrites only its own fp8 rows
         Q_BUFS=2 if persistent_programs > 0 and head_dim <= 128 and not quantize_q else 1,
         VALID_D=valid_d,
-        DYNAMIC=dynamic and persistent_programs > 0,
     )
     return attention_fwd_hopper_kernel, grid, args, constexprs, {"num_warps": NUM_WARPS}
-
-
-@functools.cache
-def _scheduler(device: torch.device) -> torch.Tensor:
-    """The dynamic persistent grid's counter on a device: int64 [base, tickets], zero once; every launch leaves base
-    equal to tickets (see _producer_persistent), so no launch needs to reset it."""
-    return torch.zeros(2, dtype=torch.int64, device=device)
 
 
 @functools.lru_cache(maxsize=64)
