@@ -7,12 +7,22 @@ as a user's very first call after installing). The first call is split by timers
 (`triton.compiler.compile`), each of its backend stages (TTIR/TTGIR passes, LLVM IR, PTX, ptxas; through Triton's
 `add_stages_inspection_hook`; the front end is compile's time outside them) and its C launcher builds (one per new
 kernel signature, with the host's C compiler), and everything else (planning, allocation, the launch itself); then a
-second call of the same shape (no compilation: should be milliseconds). (cProfile attributed no time to
-`triton.compile` on the H200 host's Python 3.12, session 18: timers do not depend on the profiler.)
+second call of the same shape (no compilation: should be milliseconds). Where a call has several new kernels they
+compile side by side (tritonfa.kernels.launch.compile_ahead): the parts then add up to more than the first call's
+wall time, and "other" reads negative; TRITONFA_COMPILE_AHEAD=0 gives the one-after-the-other split. (cProfile
+attributed no time to `triton.compile` on the H200 host's Python 3.12, session 18: timers do not depend on the
+profiler.)
 
     python kernel/scripts/first_call.py [--only prefill-b8x2048-causal,fp8kv-prefill] [--out DIR] [--cold]
+    python kernel/scripts/first_call.py --cross-compile [--side-by-side] [--only ...] [--out DIR]
 
-GPU only. One line per workload, and `first_call.json` in --out.
+One line per workload, and `first_call.json` in --out. GPU, except --cross-compile: no GPU needed (CI's machine),
+the launches the first call plans on an H200 (132 SMs, the default config; meta tensors of the workload's shapes)
+are compiled for sm_90 here, each stage timed, with ci/crosscompile.py's compile (triton ships ptxas): the
+compilation part of a first call, on this machine's CPU (the H200 host's took about twice this 2-core machine's
+time per stage in session 18/19), without the C launcher build (it needs the CUDA driver) or the launch.
+--side-by-side compiles them one thread per kernel function as tritonfa's compile_ahead does on a GPU (wall time
+in `wall_s`; the per-kernel seconds then overlap).
 """
 
 from __future__ import annotations
@@ -120,21 +130,109 @@ def measure(name: str, cold: bool) -> dict:
     return dict(workload=name, cold=cold, first_s=first, second_s=second, stages_s=stages)
 
 
+H200_SMS = 132
+
+
+def _meta_call(workload) -> dict:
+    """plan_attention's arguments for `workload` on the meta device (no memory), as the public API passes them."""
+    import torch
+
+    from tritonfa.bench.cases import DTYPES, OUT_DTYPE
+
+    w, meta = workload, dict(device="meta")
+    q_dtype, kv_dtype = DTYPES[w.q_dtype], DTYPES[w.kv_dtype]
+    q = torch.empty((w.total_q, w.num_q_heads, w.head_dim), dtype=q_dtype, **meta)
+    cu_seqlens_q = torch.empty((w.batch + 1,), dtype=torch.int32, **meta)
+    if w.paged:
+        pages = [-(-n // w.block_size) for n in w.seqlens_k]
+        k = torch.empty((max(1, sum(pages)), w.block_size, w.num_kv_heads, w.head_dim), dtype=kv_dtype, **meta)
+        block_table = torch.empty((w.batch, max(1, max(pages))), dtype=torch.int32, **meta)
+        cu_seqlens_k, seqused_k = None, torch.empty((w.batch,), dtype=torch.int32, **meta)
+    else:
+        k = torch.empty((w.total_k, w.num_kv_heads, w.head_dim), dtype=kv_dtype, **meta)
+        block_table, seqused_k = None, None
+        cu_seqlens_k = torch.empty((w.batch + 1,), dtype=torch.int32, **meta)
+    descale = torch.empty((), dtype=torch.float32, **meta)
+    return dict(
+        q=q, k=k, v=torch.empty_like(k),
+        out=torch.empty((w.total_q, w.num_q_heads, w.head_dim), dtype=DTYPES[OUT_DTYPE], **meta), lse=None,
+        cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, seqused_k=seqused_k, block_table=block_table,
+        alibi_slopes=None, bias=None, s_aux=None, q_descale=descale if w.fp8_q else None,
+        k_descale=descale if w.fp8_kv else None, v_descale=descale if w.fp8_kv else None, output_scale=None,
+        max_seqlen_q=w.max_seqlen_q, max_seqlen_k=w.max_seqlen_k, softmax_scale=w.head_dim**-0.5,
+        window_left=-1, window_right=0 if w.causal else -1, softcap=0.0, num_splits=0, arch="hopper",
+    )  # fmt: skip
+
+
+def cross_compile(name: str, side_by_side: bool = False) -> dict:
+    """In this (fresh) process, no GPU: the launches of workload `name`'s first call on an H200, compiled for sm_90
+    with the stages timed; one entry per kernel (name, seconds, registers, spills) and the stage sums."""
+    import tritonfa.kernels as kernels
+    from tritonfa.bench.workloads import WORKLOADS
+    from tritonfa.kernels import attention
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "ci"))
+    import crosscompile
+
+    workload = next(w for w in WORKLOADS if w.name == name)
+    attention._multiprocessor_count = lambda device: H200_SMS  # the grid and split choices of the card, not meta's
+    seconds = instrument()
+    specs: dict = {}  # kernel function -> its launches' specs (one thread each with side_by_side)
+    for launch in kernels.plan_attention(**_meta_call(workload)):
+        if getattr(launch.fn, "__module__", "").endswith("attention_hopper"):  # Gluon: compiled from its arguments
+            spec = dict(fn=launch.fn, bound_args=launch.args, constexprs=launch.constexprs, options=launch.options,
+                        gluon=True)  # fmt: skip
+        else:
+            signature, constexprs, attrs = kernels._signature(launch)
+            spec = dict(fn=launch.fn, signature=signature, constexprs=constexprs, attrs=attrs, options=launch.options)
+        spec["name"] = launch.fn.__name__
+        specs.setdefault(launch.fn, []).append(spec)
+
+    def compile_group(group: list) -> list:
+        return [crosscompile.compile_one("sm_90", spec) for spec in group]
+
+    start = time.perf_counter()
+    if side_by_side:
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=len(specs)) as pool:
+            results = [r for group in pool.map(compile_group, specs.values()) for r in group]
+    else:
+        results = [r for group in specs.values() for r in compile_group(group)]
+    wall = time.perf_counter() - start
+    compiled = []
+    for result in results:
+        if not result.ok:
+            raise RuntimeError(f"{name}: {result.name} did not compile for sm_90: {result.error}")
+        compiled.append(dict(kernel=result.name, seconds=result.seconds, regs=result.regs, spills=result.spills))
+    stages = {stage: seconds.get(stage, 0.0) for stage in STAGES.values()}
+    total = sum(kernel["seconds"] for kernel in compiled)
+    stages = {"front end": max(total - sum(stages.values()), 0.0), **stages}
+    return dict(workload=name, cross_compile="sm_90", side_by_side=side_by_side, kernels=compiled, compile_s=total,
+                wall_s=wall, stages_s=stages)  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", default="prefill-b8x2048-causal,fp8kv-prefill-b8x2048-causal,decode-b64x2048-paged")
     parser.add_argument("--out", default=".")
     parser.add_argument("--cold", action="store_true", help="count Triton's one-time setup too")
+    parser.add_argument("--cross-compile", action="store_true", help="no GPU: compile the first call for sm_90 here")
+    parser.add_argument("--side-by-side", action="store_true", help="with --cross-compile: as compile_ahead does")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
-        print(json.dumps(measure(args.worker, args.cold)))
+        row = cross_compile(args.worker, args.side_by_side) if args.cross_compile else measure(args.worker, args.cold)
+        print(json.dumps(row))
         return 0
     rows = []
     for name in (n for n in args.only.split(",") if n):
         with tempfile.TemporaryDirectory() as cache:
             env = {**os.environ, "TRITON_CACHE_DIR": cache}
-            command = [sys.executable, __file__, "--worker", name, *(["--cold"] if args.cold else [])]
+            env.pop("TRITON_INTERPRET", None)  # under the interpreter @triton.jit compiles nothing
+            flags = ["--cold"] if args.cold else ["--cross-compile"] if args.cross_compile else []
+            flags += ["--side-by-side"] if args.side_by_side else []
+            command = [sys.executable, __file__, "--worker", name, *flags]
             done = subprocess.run(command, env=env, capture_output=True, text=True)
         if done.returncode != 0:
             print(f"{name}: failed\n{done.stderr[-2000:]}")
@@ -142,6 +240,12 @@ def main(argv: list[str] | None = None) -> int:
         row = json.loads(done.stdout.strip().splitlines()[-1])
         rows.append(row)
         stages = row["stages_s"]
+        if args.cross_compile:
+            parts = " ".join(f"{k} {v:.2f}" for k, v in stages.items())
+            kernels = ", ".join(f"{k['kernel']} {k['seconds']:.2f} s ({k['regs']} registers)" for k in row["kernels"])
+            how = "side by side" if row["side_by_side"] else "one after the other"
+            print(f"{name:<40} sm_90 compile {row['wall_s']:.2f} s {how} ({parts}): {kernels}", flush=True)
+            continue
         parts = " ".join(f"{k} {v:.2f}" for k, v in stages.items() if k not in ("triton.compile", "C launcher"))
         other = row["first_s"] - stages["triton.compile"] - stages["C launcher"]
         print(

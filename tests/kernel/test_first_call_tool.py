@@ -46,3 +46,22 @@ def test_the_timers_see_every_stage_of_a_compile(tmp_path):
     for stage in (*stages, "triton.compile"):
         assert seconds.get(stage, 0.0) > 0.0, (stage, seconds)
     assert sum(seconds[stage] for stage in stages) <= seconds["triton.compile"], seconds
+
+
+def test_cross_compile_mode_compiles_a_first_calls_kernels_for_sm_90(tmp_path):
+    """--cross-compile (no GPU): the decode workload's first call on an H200 plans one portable-kernel launch; it is
+    compiled for sm_90 here with every backend stage timed, and written to first_call.json."""
+    env = {name: value for name, value in os.environ.items() if name != "TRITON_INTERPRET"}
+    run = subprocess.run(
+        [sys.executable, str(REPO / "kernel" / "scripts" / "first_call.py"), "--cross-compile",
+         "--only", "decode-b64x2048-paged", "--out", str(tmp_path)],
+        capture_output=True, text=True, env=env, timeout=600,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
+    [row] = json.loads((tmp_path / "first_call.json").read_text())
+    assert row["workload"] == "decode-b64x2048-paged" and row["cross_compile"] == "sm_90"
+    assert [kernel["kernel"] for kernel in row["kernels"]] == ["attention_fwd_kernel"]
+    assert row["kernels"][0]["regs"] > 0 and row["compile_s"] > 0.0
+    for stage in ("LLVM IR", "PTX", "ptxas"):
+        assert row["stages_s"][stage] > 0.0, row["stages_s"]
+    assert "decode-b64x2048-paged" in run.stdout and "sm_90 compile" in run.stdout

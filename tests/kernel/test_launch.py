@@ -220,3 +220,90 @@ def test_environment_reads_follow_every_change(monkeypatch):
     assert value in (b"1", "1") and not launch_module.is_off(value)
     monkeypatch.delenv(name)
     assert launch_module.read_environ(name) is None
+
+
+class SlowWarmup:
+    """A kernel function whose warmup takes `seconds` (a compile outside the GIL) and records what it compiled."""
+
+    def __init__(self, name, seconds=0.3):
+        self.__name__ = name
+        self.seconds = seconds
+        self.warmed = []
+        self.threads = set()
+        self.spans = []  # (start, end) of each warmup
+        self.loaded = 0
+
+    def warmup(self, *args, grid, **kwargs):
+        import threading
+        import time
+
+        start = time.perf_counter()
+        time.sleep(self.seconds)
+        self.spans.append((start, time.perf_counter()))
+        self.threads.add(threading.get_ident())
+        self.warmed.append((grid, args, kwargs))
+        fn = self
+
+        class Compiled:
+            def _init_handles(self):
+                fn.loaded += 1
+
+        return Compiled()
+
+
+class Planned:
+    def __init__(self, fn, n, block=64):
+        self.fn, self.grid, self.args = fn, (n, 1), (torch.zeros(8), n)
+        self.constexprs, self.options = {"BLOCK": block}, {"num_warps": 4}
+
+
+@pytest.fixture
+def fake_compile(monkeypatch):
+    monkeypatch.setattr(launch_module, "_enabled", lambda: True)
+    monkeypatch.setattr(launch_module, "_current_device_and_stream", lambda: (0, 1234))
+    monkeypatch.setattr(launch_module, "_use_device", lambda device: None)
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
+    monkeypatch.setattr(launch_module, "_COMPILED", {})
+    monkeypatch.delenv("TRITONFA_COMPILE_AHEAD", raising=False)
+
+
+def test_compile_ahead_compiles_new_kernel_functions_side_by_side(fake_compile):
+    import threading
+
+    prefill, decode = SlowWarmup("prefill"), SlowWarmup("decode")
+    launches = [Planned(prefill, 3), Planned(decode, 5), Planned(decode, 7, block=16)]
+    launch_module.compile_ahead(launches)
+    (p_start, p_end), (d_start, d_end) = prefill.spans[0], decode.spans[0]
+    assert max(p_start, d_start) < min(p_end, d_end), "the two functions' compiles overlap in time"
+    assert [w[0] for w in prefill.warmed] == [(3, 1)] and [w[0] for w in decode.warmed] == [(5, 1), (7, 1)]
+    assert decode.warmed[1][2] == {"BLOCK": 16, "num_warps": 4}, "constexprs and options as the launch passes them"
+    assert prefill.loaded == 1 and decode.loaded == 2, "each compiled kernel is loaded (module, C launcher)"
+    assert len(decode.threads) == 1, "one function's launches in one thread"
+    assert threading.get_ident() not in prefill.threads | decode.threads
+
+
+def test_compile_ahead_leaves_single_or_known_kernels_to_the_launch(fake_compile, monkeypatch):
+    prefill, decode = SlowWarmup("prefill", 0.0), SlowWarmup("decode", 0.0)
+    launch_module.compile_ahead([Planned(prefill, 3), Planned(prefill, 4, block=16)])
+    assert not prefill.warmed, "one kernel function: nothing to overlap"
+    known = Planned(prefill, 3)
+    key = launch_module._compiled_key(0, known.fn, known.args, known.constexprs, known.options)
+    launch_module._COMPILED[key] = ("compiled", [], ())
+    launch_module.compile_ahead([known, Planned(decode, 5)])
+    assert not prefill.warmed and not decode.warmed, "only one function is new"
+    monkeypatch.setenv("TRITONFA_COMPILE_AHEAD", "0")
+    launch_module.compile_ahead([Planned(SlowWarmup("a", 0.0), 1), Planned(decode, 6)])
+    assert not decode.warmed, "turned off"
+    monkeypatch.delenv("TRITONFA_COMPILE_AHEAD")
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
+    launch_module.compile_ahead([Planned(SlowWarmup("b", 0.0), 1), Planned(decode, 6)])
+    assert not decode.warmed, "no compiles and module loads inside a CUDA graph capture"
+
+
+def test_compile_ahead_raises_a_compile_error(fake_compile):
+    class Broken(SlowWarmup):
+        def warmup(self, *args, grid, **kwargs):
+            raise RuntimeError("ptxas failed")
+
+    with pytest.raises(RuntimeError, match="ptxas failed"):
+        launch_module.compile_ahead([Planned(Broken("broken", 0.0), 1), Planned(SlowWarmup("ok", 0.0), 2)])

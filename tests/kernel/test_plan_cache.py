@@ -180,7 +180,29 @@ def fake_launches(monkeypatch):
         launch_module._COMPILED.setdefault(key, (_FakeCompiled(fn.__name__), *layout))
 
     monkeypatch.setattr(attention, "launch", fake_launch)
+    # Triton's warmup is not faked: what compile_ahead is given is recorded instead
+    monkeypatch.setattr(launch_module, "compile_ahead", lambda launches: compiled_ahead.append(list(launches)))
     return through_launch, launch_module
+
+
+compiled_ahead: list = []
+
+
+def test_a_geometrys_first_call_hands_its_launches_to_compile_ahead(fake_launches):
+    """plan_cache.run gives launch.compile_ahead the launches of a key's first call (a mixed batch on Hopper: the
+    Gluon prefill and the decode launch), and no later call's."""
+    from tritonfa.kernels.attention import attention_forward
+
+    compiled_ahead.clear()
+    first = _positional(_meta_inputs("hopper", torch.bfloat16, torch.bfloat16, 128, paged=False, decode=False,
+                                     features=False))  # fmt: skip
+    attention_forward(*first)
+    [given] = compiled_ahead
+    assert [planned.fn.__name__ for planned in given] == [planned.fn.__name__ for planned in plan_attention(*first)]
+    assert len(given) == 2, "four sequences: the prefill launch and the decode launch for short ones"
+    for _ in range(3):
+        attention_forward(*_fresh(first))
+    assert len(compiled_ahead) == 1, "later calls of the same geometry compile nothing new"
 
 
 @pytest.mark.parametrize("arch", ["hopper", "ampere"])

@@ -9,16 +9,24 @@ an integer's width and whether it is 1 or a multiple of 16, a descriptor's type,
 launcher directly; a key's first call goes through Triton, which compiles or finds the kernel.
 
 Off in Triton's interpreter, with launch hooks installed (profilers), and with TRITONFA_PREPARED_LAUNCH=0.
+
+`compile_ahead`: the kernels of a call's launches that have not run yet, compiled side by side.
 """
 
 from __future__ import annotations
 
 import os
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import torch
 import triton
 from triton.runtime import driver
+
+try:
+    from triton.runtime import _async_compile  # triton >= 3.4: a context that compiles on an executor
+except ImportError:
+    _async_compile = None
 
 _COMPILED: dict[tuple, tuple[Any, list, tuple[int, ...]]] = {}
 
@@ -130,6 +138,55 @@ def prepared(fn, args: tuple, constexprs: dict[str, Any], options: dict[str, Any
     except TypeError:
         return None
     return None if entry is None else (device, entry)
+
+
+def _use_device(device: int) -> None:
+    torch.cuda.set_device(device)  # the current device is per thread: a new thread starts on device 0
+
+
+def _compile_and_load(device: int, launches: list) -> None:
+    """Compile each launch's kernel as `fn[grid](...)` would (Triton's warmup: its key, its caches; nothing runs) and
+    load it: the module onto the device and its C launcher built (what the first launch would do next)."""
+    _use_device(device)
+    for planned in launches:
+        kernel = planned.fn.warmup(*planned.args, grid=planned.grid, **planned.constexprs, **planned.options)
+        if hasattr(kernel, "result"):  # a future of an asynchronous compile
+            kernel = kernel.result()
+        load = getattr(kernel, "_init_handles", None)  # triton 3.x; elsewhere the first launch loads it
+        if load is not None:
+            load()
+
+
+def compile_ahead(launches: list) -> None:
+    """Compile the kernels of these launches that have not run yet side by side, one thread per kernel function
+    (its launches one after the other: one function's caches are filled by one thread), before they run.
+
+    A call's first run of a new config compiles every kernel of its plan (a Hopper batch of several prefill
+    sequences: the Gluon prefill and the decode launch for its short sequences, 4.0 + 2.2 s one after the other);
+    Triton's LLVM passes, ptxas and the C compiler of its launchers run outside the GIL, so the call waits for its
+    slowest kernel instead of the sum (4.2 s on a 2-core machine: kernel/PERF_NOTES.md, session 19). Nothing is
+    done where the prepared launch is off (the interpreter, profilers' hooks), during a CUDA graph capture (no
+    module loads there), inside Triton's asynchronous compile mode, with TRITONFA_COMPILE_AHEAD=0, or when at most
+    one kernel function is new (the launch compiles it as before).
+    """
+    if len(launches) < 2 or is_off(read_environ("TRITONFA_COMPILE_AHEAD")) or not _enabled():
+        return
+    device = _current_device_and_stream()[0]
+    new: dict[Any, list] = {}  # kernel function -> its launches not compiled yet, in order
+    for planned in launches:
+        try:
+            key = _compiled_key(device, planned.fn, planned.args, planned.constexprs, planned.options)
+        except TypeError:
+            continue
+        if key not in _COMPILED:
+            new.setdefault(planned.fn, []).append(planned)
+    in_async_mode = _async_compile is not None and _async_compile.active_mode.get() is not None
+    if len(new) < 2 or in_async_mode or torch.cuda.is_current_stream_capturing():
+        return
+    with ThreadPoolExecutor(max_workers=len(new)) as pool:
+        futures = [pool.submit(_compile_and_load, device, group) for group in new.values()]
+        for future in futures:
+            future.result()  # a compile error surfaces here, as it would at the launch
 
 
 def launch(fn, grid: tuple[int, ...], args: tuple, constexprs: dict[str, Any], options: dict[str, Any]) -> None:

@@ -198,6 +198,8 @@ def run(planner: Callable[..., list], args: tuple) -> None:
     if entry is not None and entry[0] == "bound" and _run_bound(entry[2], args):
         return
     launches = _plan(planner, args, key)
+    if entry is None:  # this geometry's first call: its kernels may be new (compiled side by side, see launch.py)
+        launch_module.compile_ahead(launches)
     for planned in launches:
         planned()
     entry = _PLANS.get(key)
