@@ -23,6 +23,7 @@
 #   launch-hostcost        host time per launcher call (kernel/scripts/launch_hostcost.py; first in a chain: it needs
 #                          an idle host) into launch_hostcost.log
 #   first-call             where a workload's first call goes, empty Triton cache, fresh process per workload
+#   first-call-serial      the same with TRITONFA_COMPILE_AHEAD=0 (a call's new kernels one after the other), in serial/
 #                          (kernel/scripts/first_call.py: compile stages vs the rest; issue 11 asks <= 5 s); early in a
 #                          chain, while the host is idle; first_call.json into RESULTS_DIR
 #   fp8-study              the fp8 error study on the GPU (accuracy/fp8_error_study.py --device cuda): its log and
@@ -105,6 +106,9 @@ export PYTHONPATH="$PWD/kernel/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=
       launch-hostcost) timeout -s KILL 300 python3 kernel/scripts/launch_hostcost.py 2>&1 |
         tee "$out/launch_hostcost.log" ;;
       first-call) timeout -s KILL 300 python3 kernel/scripts/first_call.py --out "$out" 2>&1 | tail -n 12 ;;
+      first-call-serial)
+        TRITONFA_COMPILE_AHEAD=0 timeout -s KILL 300 python3 kernel/scripts/first_call.py --out "$out/serial" 2>&1 |
+          tail -n 12 ;;
       fp8-study)
         timeout -s KILL 600 python3 accuracy/fp8_error_study.py --device cuda --out-dir "$out" 2>&1 |
           tee "$out/fp8_study.log" | tail -n 12
