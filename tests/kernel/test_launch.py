@@ -177,6 +177,52 @@ def test_alternating_specializations_stay_correct(repeats):
             check_against_reference(inputs, atol, rtol, causal=True)
 
 
+@pytest.mark.skipif(
+    not (ON_GPU and not torch.version.hip and torch.cuda.get_device_capability()[0] == 9),
+    reason="the Gluon prefill beside the portable decode launch: a Hopper GPU",
+)
+def test_a_new_geometrys_kernels_compile_side_by_side_and_compute_the_same(monkeypatch, tmp_path):
+    """On the GPU, with an empty Triton cache: a batch of several sequences (the Gluon prefill launch and the decode
+    launch for its short sequences) compiles both kernel functions in compile_ahead's threads, off the calling
+    thread; the outputs match the reference, and TRITONFA_COMPILE_AHEAD=0 (one after the other) gives the same bits."""
+    import collections
+    import threading
+
+    from tritonfa.kernels import attention, attention_hopper, plan_cache
+
+    if not attention_hopper.HAS_GLUON:
+        pytest.skip("this triton has no Gluon")
+    compiled_in = []
+    original = launch_module._compile_and_load
+
+    def spy(device, launches):
+        compiled_in.append((threading.get_ident(), sorted({planned.fn.__name__ for planned in launches})))
+        original(device, launches)
+
+    def fresh():  # no compiled kernel anywhere: Triton's memory and disk caches, the prepared launch, the plans
+        monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / f"cache{len(list(tmp_path.iterdir()))}"))
+        for fn in (attention.attention_fwd_kernel, attention_hopper.attention_fwd_hopper_kernel):
+            monkeypatch.setattr(fn, "device_caches", collections.defaultdict(fn.create_binder))
+        monkeypatch.setattr(launch_module, "_COMPILED", {})
+        plan_cache.clear()
+
+    monkeypatch.setattr(launch_module, "_compile_and_load", spy)
+    inputs = make_inputs([300, 1, 77, 2, 129], [300, 513, 200, 40, 1000], num_heads=(8, 2), head_size=128)
+    atol, rtol = TOLERANCES[torch.bfloat16]
+    fresh()
+    side_by_side = check_against_reference(inputs, atol, rtol, causal=True)
+    assert sorted(name for _, names in compiled_in for name in names) == [
+        "attention_fwd_hopper_kernel", "attention_fwd_kernel"], compiled_in  # fmt: skip
+    assert threading.get_ident() not in {thread for thread, _ in compiled_in}
+    compiled_in.clear()
+    fresh()
+    monkeypatch.setenv("TRITONFA_COMPILE_AHEAD", "0")
+    one_after_the_other = check_against_reference(inputs, atol, rtol, causal=True)
+    assert not compiled_in
+    assert torch.equal(side_by_side, one_after_the_other)
+    plan_cache.clear()
+
+
 def _launch_hostcost_tool():
     import importlib.util
     from pathlib import Path
