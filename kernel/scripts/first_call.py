@@ -19,8 +19,8 @@ profiler.)
 One line per workload, and `first_call.json` in --out. GPU, except --cross-compile: no GPU needed (CI's machine),
 the launches the first call plans on an H200 (132 SMs, the default config; meta tensors of the workload's shapes)
 are compiled for sm_90 here, each stage timed, with ci/crosscompile.py's compile (triton ships ptxas): the
-compilation part of a first call, on this machine's CPU (the H200 host's took about twice this 2-core machine's
-time per stage in session 18/19), without the C launcher build (it needs the CUDA driver) or the launch.
+compilation part of a first call, on this machine's CPU (the H200 host's stage times were about this 2-core
+machine's, sessions 18/19), without the C launcher build (it needs the CUDA driver) or the launch.
 --side-by-side compiles them one thread per kernel function as tritonfa's compile_ahead does on a GPU (wall time
 in `wall_s`; the per-kernel seconds then overlap).
 """
@@ -169,7 +169,7 @@ def cross_compile(name: str, side_by_side: bool = False) -> dict:
     with the stages timed; one entry per kernel (name, seconds, registers, spills) and the stage sums."""
     import tritonfa.kernels as kernels
     from tritonfa.bench.workloads import WORKLOADS
-    from tritonfa.kernels import attention
+    from tritonfa.kernels import attention, attention_hopper
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "ci"))
     import crosscompile
@@ -179,7 +179,7 @@ def cross_compile(name: str, side_by_side: bool = False) -> dict:
     seconds = instrument()
     specs: dict = {}  # kernel function -> its launches' specs (one thread each with side_by_side)
     for launch in kernels.plan_attention(**_meta_call(workload)):
-        if getattr(launch.fn, "__module__", "").endswith("attention_hopper"):  # Gluon: compiled from its arguments
+        if launch.fn is attention_hopper.attention_fwd_hopper_kernel:  # Gluon: compiled from its arguments
             spec = dict(fn=launch.fn, bound_args=launch.args, constexprs=launch.constexprs, options=launch.options,
                         gluon=True)  # fmt: skip
         else:

@@ -1184,7 +1184,7 @@ def _plan_launch(
         ),
         KEYS_AS_ROWS=keys_rows,
         Q_SPLIT=q_split,
-        WIDEN_ASM=os.environ.get("TRITON_INTERPRET") != "1",  # the interpreter runs no PTX
+        WIDEN_ASM=not triton.knobs.runtime.interpret,  # the interpreter runs no PTX
         HAS_SEQUSED=seqused_k is not None,
         USE_WINDOW=window_left >= 0 or window_right >= 0,
         HAS_SOFTCAP=softcap > 0.0,

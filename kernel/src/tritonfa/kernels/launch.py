@@ -150,8 +150,6 @@ def _compile_and_load(device: int, launches: list) -> None:
     _use_device(device)
     for planned in launches:
         kernel = planned.fn.warmup(*planned.args, grid=planned.grid, **planned.constexprs, **planned.options)
-        if hasattr(kernel, "result"):  # a future of an asynchronous compile
-            kernel = kernel.result()
         load = getattr(kernel, "_init_handles", None)  # triton 3.x; elsewhere the first launch loads it
         if load is not None:
             load()
