@@ -131,6 +131,8 @@ DECODE_VARIANTS = {
     "keys-as-rows-bn64-s3-r128": {"decode_keys_as_rows": True, "block_n": 64, "num_stages": 3, "max_registers": 128},
     "keys-as-rows-bn64-s2-r128": {"decode_keys_as_rows": True, "block_n": 64, "num_stages": 2, "max_registers": 128},
     "bn32-s4-r128": {"block_n": 32, "num_stages": 4, "max_registers": 128},
+    # three programs per SM with the default tile in 64-key blocks (sm_90: 168 registers, 3 spilled words, 23 KB)
+    "bn64-s4-r168": {"block_n": 64, "num_stages": 4, "max_registers": 168},
     "bn256-s3": {"block_n": 256, "num_stages": 3},
     # fewer registers per program (sm_90, fp8-KV decode tile 16 x 128 x 4 slots: 255 registers, 2 programs per SM, half
     # the bf16 decode's bytes in flight): 32-key blocks take 168 (3 programs) with 8-10 slots, 64-key ones 190-214
