@@ -8,7 +8,14 @@ import pytest
 import torch
 from attn_testing import ON_GPU, check_low_precision, make_inputs, run_kernel
 
-from tritonfa.configs import ARCHS, all_configs, detect_arch, native_fp8_dot, select_config
+from tritonfa.configs import (
+    ARCHS,
+    all_configs,
+    detect_arch,
+    native_fp8_dot,
+    select_config,
+    select_keys_as_rows_config,
+)
 from tritonfa.fp8 import default_fp8_dtype, p_scale
 from tritonfa.interface import default_output_dtype
 
@@ -43,6 +50,18 @@ def test_every_architecture_has_decode_and_prefill_configs(arch):
     options = {tuple(sorted(c.launch_options(arch))) for _, c in all_configs(arch)}
     amd = arch in ("cdna2", "cdna3", "cdna4")
     assert any("waves_per_eu" in o for o in options) == amd, "waves_per_eu is an AMD-only launch option"
+
+
+def test_keys_as_rows_decode_tile_is_hoppers_d128_only(monkeypatch):
+    monkeypatch.delenv("TRITONFA_CONFIG", raising=False)
+    tile = select_keys_as_rows_config("hopper", 128)
+    assert tile.decode_keys_as_rows and (tile.block_m, tile.block_n, tile.num_stages) == (16, 64, 2)
+    assert tile.launch_options("hopper")["maxnreg"] == 128 and tile.pack_gqa
+    assert select_keys_as_rows_config("hopper", 64) is None and select_keys_as_rows_config("hopper", 256) is None
+    assert all(select_keys_as_rows_config(arch, 128) is None for arch in ARCHS if arch != "hopper")
+    assert (128, tile) in all_configs("hopper")  # cross-compiled with the others
+    monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"decode_keys_as_rows": False}}))
+    assert not select_keys_as_rows_config("hopper", 128).decode_keys_as_rows
 
 
 def test_fp32_inputs_shrink_tiles_to_fit_shared_memory():

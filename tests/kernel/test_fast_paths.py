@@ -216,7 +216,9 @@ def test_paged_fp8_decode_with_block_ids_a_step_ahead(monkeypatch, kv_dtype, til
     last step's look-ahead points past the sequence (masked), a context shorter than one key block has no second
     step, and the unused page slots are NaN; 16-bit caches keep the in-step load unless the setting is True."""
     monkeypatch.setenv("TRITONFA_ARCH", "hopper")
-    monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"decode_prefetch_ids": "fp8", **tile}}))
+    # the 16-row mma.sync tile (Hopper's D 128 e4m3 default is the keys-as-rows tile: its own test below)
+    look_ahead = {"decode_prefetch_ids": "fp8", "decode_keys_as_rows": False, **tile}
+    monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": look_ahead}))
     seqlens_q = [1, 1, 4, 1]
     seqlens_k = [scaled(300, 3000), 17, scaled(129, 1025), 1]
     inputs = make_inputs(seqlens_q, seqlens_k, num_heads=(8, 2), head_size=128, kv_dtype=kv_dtype,
@@ -285,8 +287,8 @@ def test_decode_keys_as_rows(monkeypatch, q_dtype, kv_layout, head_size, prefetc
 @pytest.mark.parametrize(
     "tile",
     [
-        {"block_n": 64, "num_stages": 4},
-        {"block_n": 64, "num_stages": 3, "decode_prefetch_ids": "fp8"},
+        {"block_n": 64, "num_stages": 4, "max_registers": 0},
+        {"block_n": 64, "num_stages": 3, "decode_prefetch_ids": "fp8", "max_registers": 0},
         {"block_n": 64, "num_stages": 3, "max_registers": 128},  # four programs per SM on sm_90
     ],
 )
@@ -302,6 +304,60 @@ def test_decode_keys_as_rows_in_64_key_blocks(monkeypatch, tile):
     decode = _plan(inputs, "hopper")[0]
     c = decode.constexprs
     assert c["KEYS_AS_ROWS"] and c["BLOCK_N"] == 64
-    assert decode.options.get("maxnreg") == tile.get("max_registers")
+    assert decode.options.get("maxnreg") == (tile["max_registers"] or None)
     for kwargs in ({}, {"num_splits": 2}):
         check_low_precision(inputs, causal=True, lse_extra=fp8_qk_accumulation_bound(inputs, kwargs, 2), **kwargs)
+
+
+@pytest.mark.skipif(ON_GPU and torch.cuda.get_device_capability()[0] != 9, reason="forces Hopper's code path")
+@pytest.mark.parametrize("kv_layout,head_size", [("paged", 128), ("contiguous", 128), ("paged", 80)])
+def test_hopper_fp8_decode_default_is_the_keys_as_rows_tile(monkeypatch, kv_layout, head_size):
+    """Hopper's decode default for an e4m3 K and a bf16 q at head sizes that pad to 128 (no override): keys as the
+    wgmma's rows in 64-key blocks, 2 stages, 128 registers (four programs per SM), against the reference; the calls
+    it does not cover keep the 16-row tile: e5m2 K, V not readable as words, 16-bit K, an fp16 q (its exact dot),
+    head size 64, other architectures, and `decode_keys_as_rows` overridden off."""
+    monkeypatch.setenv("TRITONFA_ARCH", "hopper")
+    monkeypatch.delenv("TRITONFA_CONFIG", raising=False)
+    seqlens_q = [1, 4, 1, 1]
+    seqlens_k = [scaled(200, 2000), scaled(65, 700), 63, 0]
+    e4m3 = make_inputs(seqlens_q, seqlens_k, num_heads=(8, 2), head_size=head_size, kv_dtype=torch.float8_e4m3fn,
+                       kv_layout=kv_layout)  # fmt: skip
+    decode = _plan(e4m3, "hopper")[0]
+    c = decode.constexprs
+    assert c["KEYS_AS_ROWS"] and c["Q_SPLIT"] and c["BLOCK_M"] == 16 and c["BLOCK_N"] == 64
+    assert decode.options["maxnreg"] == 128 and decode.options["num_stages"] == 2
+    for kwargs in ({}, {"num_splits": 2}):
+        check_low_precision(e4m3, causal=True, lse_extra=fp8_qk_accumulation_bound(e4m3, kwargs, 2), **kwargs)
+
+    def regular(inputs, arch="hopper"):
+        launch = _plan(inputs, arch)[0]
+        return not launch.constexprs["KEYS_AS_ROWS"] and "maxnreg" not in launch.options
+
+    e5m2 = make_inputs(seqlens_q, seqlens_k, num_heads=(8, 2), head_size=head_size, kv_dtype=torch.float8_e5m2,
+                       kv_layout=kv_layout)  # fmt: skip
+    fp16_q = make_inputs(seqlens_q, seqlens_k, num_heads=(8, 2), head_size=head_size, dtype=torch.float16,
+                         kv_dtype=torch.float8_e4m3fn, kv_layout=kv_layout)  # fmt: skip
+    v_odd = torch.empty(e4m3.v.numel() + 1, dtype=e4m3.v.dtype, device=e4m3.v.device)[1:].view(e4m3.v.shape)
+    v_odd.copy_(e4m3.v)
+    sixteen = make_inputs(seqlens_q, seqlens_k, num_heads=(8, 2), head_size=head_size, kv_layout=kv_layout)
+    d64 = make_inputs(seqlens_q, seqlens_k, num_heads=(8, 2), head_size=64, kv_dtype=torch.float8_e4m3fn,
+                      kv_layout=kv_layout)  # fmt: skip
+    assert regular(e5m2) and regular(dataclasses.replace(e4m3, v=v_odd)) and regular(sixteen) and regular(fp16_q)
+    assert _plan(d64, "hopper")[0].constexprs["BLOCK_N"] == 64 and regular(d64)  # D 64's own table tile
+    assert regular(e4m3, "ampere")
+    monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"decode_keys_as_rows": False}}))
+    assert regular(e4m3) and _plan(e4m3, "hopper")[0].constexprs["BLOCK_N"] == 128
+
+
+@pytest.mark.skipif(ON_GPU and torch.cuda.get_device_capability()[0] != 9, reason="forces Hopper's code path")
+def test_hopper_mixed_fp8_batch_decodes_with_the_keys_as_rows_tile(monkeypatch):
+    """A mixed batch with an e4m3 cache (prefill sequences + decodes) on Hopper's portable path: its decode launch
+    is the keys-as-rows tile, the prefill launch is not, and the whole batch matches the reference."""
+    monkeypatch.setenv("TRITONFA_ARCH", "hopper")
+    monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"warp_specialized": False}}))
+    inputs = make_inputs([scaled(40, 300), 1, 3, 1], [scaled(90, 700), scaled(150, 1500), 64, 1], num_heads=(8, 2),
+                         head_size=128, kv_dtype=torch.float8_e4m3fn, kv_layout="paged")  # fmt: skip
+    prefill, decode = _plan(inputs, "hopper")[:2]
+    assert not prefill.constexprs["KEYS_AS_ROWS"] and prefill.constexprs["BLOCK_M"] >= 64
+    assert decode.constexprs["KEYS_AS_ROWS"] and decode.constexprs["SEQ_FILTER"] == 2
+    check_low_precision(inputs, causal=True, lse_extra=fp8_qk_accumulation_bound(inputs, {}, 2))

@@ -31,7 +31,14 @@ import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-from tritonfa.configs import DECODE_MAX_SEQLEN_Q, AttentionConfig, detect_arch, native_fp8_dot, select_config
+from tritonfa.configs import (
+    DECODE_MAX_SEQLEN_Q,
+    AttentionConfig,
+    detect_arch,
+    native_fp8_dot,
+    select_config,
+    select_keys_as_rows_config,
+)
 from tritonfa.fp8 import FP8_DTYPES, OCP_FP8_DTYPES, descale_strides, fp8_max, is_fp8
 from tritonfa.kernels import attention_hopper, plan_cache, widen_kv
 from tritonfa.kernels.launch import launch
@@ -823,14 +830,34 @@ def quantizes_q(arch: str, config: AttentionConfig, q: torch.dtype, k: torch.dty
 
 
 def keys_as_rows(arch: str, config: AttentionConfig, q: torch.dtype, k: torch.dtype) -> bool:
-    """Whether a Hopper decode tile runs QK as K q^T, an fp8 wgmma over the keys (`decode_keys_as_rows`, opt-in).
+    """Whether a Hopper decode tile runs QK as K q^T, an fp8 wgmma over the keys (`decode_keys_as_rows`; see
+    _decode_config for where it is the default).
 
     For q of K's fp8 type, or a 16-bit q with e4m3 K (q rounded per row into two e4m3 terms, or one with
     fp8_q_for_fp8_kv).
     """
-    if not (config.decode_keys_as_rows and arch == "hopper" and config.block_m < 64 and is_fp8(k)):
+    if not (
+        config.decode_keys_as_rows and arch == "hopper" and config.block_m < 64 and config.block_n >= 64 and is_fp8(k)
+    ):
         return False
     return native_fp8_dot(arch, k) and (q == k or (q in (torch.float16, torch.bfloat16) and k == torch.float8_e4m3fn))
+
+
+def _decode_config(arch: str, q, k, v, block_d: int, element_bytes: int) -> AttentionConfig:
+    """The decode tile: the keys-as-rows one where the architecture has one for an fp8 K and it covers the call.
+
+    Not for an fp16 q: its two e4m3 terms keep ~8 significant bits, where the 16-row tile's fp16 dot is exact (a
+    bf16 q's 8 bits fit the two terms).
+    """
+    keys_rows = select_keys_as_rows_config(arch, block_d)
+    if (
+        keys_rows is not None
+        and q.dtype != torch.float16
+        and keys_as_rows(arch, keys_rows, q.dtype, k.dtype)
+        and _v_as_words(v, v.shape[-1])
+    ):
+        return keys_rows
+    return select_config(arch, block_d, 1, element_bytes)
 
 
 def _v_as_words(v: torch.Tensor, head_dim_v: int) -> bool:
@@ -927,7 +954,7 @@ def plan_attention(
         bias, s_aux, q_descale, k_descale, v_descale, output_scale, max_seqlen_k, softmax_scale, window_left,
         window_right, softcap, block_d, block_dv,
     )  # fmt: skip
-    decode_config = select_config(arch, max(block_d, block_dv), 1, element_bytes)
+    decode_config = _decode_config(arch, q, k, v, max(block_d, block_dv), element_bytes)
     if max_seqlen_q <= DECODE_MAX_SEQLEN_Q:
         return plan(decode_config, seq_filter=0, num_splits=num_splits)
     prefill_config = select_config(arch, max(block_d, block_dv), max_seqlen_q, element_bytes)
