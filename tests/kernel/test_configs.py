@@ -60,8 +60,6 @@ def test_keys_as_rows_decode_tile_is_hoppers_d128_only(monkeypatch):
     assert select_keys_as_rows_config("hopper", 64) is None and select_keys_as_rows_config("hopper", 256) is None
     assert all(select_keys_as_rows_config(arch, 128) is None for arch in ARCHS if arch != "hopper")
     assert (128, tile) in all_configs("hopper")  # cross-compiled with the others
-    monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"decode_keys_as_rows": False}}))
-    assert not select_keys_as_rows_config("hopper", 128).decode_keys_as_rows
 
 
 def test_fp32_inputs_shrink_tiles_to_fit_shared_memory():

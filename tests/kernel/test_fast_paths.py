@@ -19,6 +19,7 @@ from attn_testing import (
     scaled,
 )
 
+from tritonfa.configs import select_config
 from tritonfa.fp8 import OCP_FP8_DTYPES
 from tritonfa.kernels.attention import plan_attention
 
@@ -309,15 +310,25 @@ def test_decode_keys_as_rows_in_64_key_blocks(monkeypatch, tile):
         check_low_precision(inputs, causal=True, lse_extra=fp8_qk_accumulation_bound(inputs, kwargs, 2), **kwargs)
 
 
+def test_hopper_d128_decode_default_hands_fp8_k_to_the_keys_as_rows_tile():
+    """Hopper's D 128 decode config says "tile" (session 20); D 64 / 256 and other architectures do not."""
+    assert select_config("hopper", 128, 1).decode_keys_as_rows == "tile"
+    assert (
+        not select_config("hopper", 64, 1).decode_keys_as_rows
+        and not select_config("ampere", 128, 1).decode_keys_as_rows
+    )
+
+
 @pytest.mark.skipif(ON_GPU and torch.cuda.get_device_capability()[0] != 9, reason="forces Hopper's code path")
 @pytest.mark.parametrize("kv_layout,head_size", [("paged", 128), ("contiguous", 128), ("paged", 80)])
-def test_hopper_fp8_decode_default_is_the_keys_as_rows_tile(monkeypatch, kv_layout, head_size):
-    """Hopper's decode default for an e4m3 K and a bf16 q at head sizes that pad to 128 (no override): keys as the
-    wgmma's rows in 64-key blocks, 2 stages, 128 registers (four programs per SM), against the reference; the calls
-    it does not cover keep the 16-row tile: e5m2 K, V not readable as words, 16-bit K, an fp16 q (its exact dot),
-    head size 64, other architectures, and `decode_keys_as_rows` overridden off."""
+def test_keys_as_rows_tile_setting(monkeypatch, kv_layout, head_size):
+    """decode_keys_as_rows="tile": an e4m3 K and a bf16 q at head sizes that pad to 128 run the keys-as-rows tile in
+    64-key blocks, 2 stages, 128 registers (four programs per SM), against the reference; the calls it does not
+    cover keep the 16-row tile with the setting off: e5m2 K, V not readable as words, 16-bit K, an fp16 q (its exact
+    dot), head size 64, other architectures, and the setting overridden off."""
     monkeypatch.setenv("TRITONFA_ARCH", "hopper")
-    monkeypatch.delenv("TRITONFA_CONFIG", raising=False)
+    tile_on = {"warp_specialized": False, "decode_keys_as_rows": "tile"}
+    monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": tile_on, "ampere": tile_on}))
     seqlens_q = [1, 4, 1, 1]
     seqlens_k = [scaled(200, 2000), scaled(65, 700), 63, 0]
     e4m3 = make_inputs(seqlens_q, seqlens_k, num_heads=(8, 2), head_size=head_size, kv_dtype=torch.float8_e4m3fn,
@@ -354,7 +365,8 @@ def test_hopper_mixed_fp8_batch_decodes_with_the_keys_as_rows_tile(monkeypatch):
     """A mixed batch with an e4m3 cache (prefill sequences + decodes) on Hopper's portable path: its decode launch
     is the keys-as-rows tile, the prefill launch is not, and the whole batch matches the reference."""
     monkeypatch.setenv("TRITONFA_ARCH", "hopper")
-    monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"warp_specialized": False}}))
+    tile_on = {"warp_specialized": False, "decode_keys_as_rows": "tile"}
+    monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": tile_on}))
     inputs = make_inputs([scaled(40, 300), 1, 3, 1], [scaled(90, 700), scaled(150, 1500), 64, 1], num_heads=(8, 2),
                          head_size=128, kv_dtype=torch.float8_e4m3fn, kv_layout="paged")  # fmt: skip
     prefill, decode = _plan(inputs, "hopper")[:2]

@@ -50,8 +50,10 @@ class AttentionConfig:
     # widened in registers); a 16-bit q as two e4m3 terms (hi + the rest: a bf16 q exactly, fp16 ~8 bits) unless
     # fp8_q_for_fp8_kv rounds it to one; P@V as V^T P^T, a 16-bit wgmma, V widened four values per word. Opt-in:
     # 42% fewer instructions per block on sm_90, but 6% slower on the H200 (session 18: fp8-KV b64x2048 0.108 vs
-    # 0.102 ms; each block waits on its wgmmas and two block-wide barriers)
-    decode_keys_as_rows: bool = False
+    # 0.102 ms; each block waits on its wgmmas and two block-wide barriers). "tile": where _KEYS_AS_ROWS_DECODE has a
+    # tile for the head size and the call has a bf16 or fp8 q (an fp16 q keeps its exact fp16 dot), that tile runs
+    # it; other calls keep this config's tile with the setting off
+    decode_keys_as_rows: bool | str = False
     # Hopper prefill: calls the warp-specialized Gluon kernel covers (kernels/attention_hopper.py) go there
     warp_specialized: bool = False
     ws_pingpong: bool = True  # with warp_specialized: the two consumer warpgroups alternate their matmuls (FA3)
@@ -194,7 +196,8 @@ _TABLE: dict[tuple[str, bool], dict[int, AttentionConfig]] = {
         # d64: 16x64 tiles with 5 stages took 0.083 ms vs 0.100 ms for 16x128 (b64 x 2048 paged, H200;
         # kernel/results/2026-12-03-h200-session3)
         64: AttentionConfig(16, 64, 4, 5, pack_gqa=True),
-        128: AttentionConfig(16, 128, 4, 4, pack_gqa=True),
+        # keys-as-rows "tile": fp8-K calls it covers run _KEYS_AS_ROWS_DECODE's tile
+        128: AttentionConfig(16, 128, 4, 4, pack_gqa=True, decode_keys_as_rows="tile"),
         256: AttentionConfig(16, 64, 4, 2, pack_gqa=True),
     },
     ("blackwell", False): {
@@ -231,11 +234,11 @@ _TABLE: dict[tuple[str, bool], dict[int, AttentionConfig]] = {
     ("interpreter", True): {256: AttentionConfig(16, 64, 4, 1, pack_gqa=True)},
 }
 
-# arch -> {head size bound (as in _TABLE's decode row): config} for decode calls whose K is fp8 and that the
-# keys-as-rows tile covers (kernels/attention.keys_as_rows: e4m3 K, V readable as words); other decode calls keep
-# _TABLE's tile. Hopper D 128: 64-key blocks, 2 stages, ptxas held to 128 registers (sm_90: 0 spills, 47 KB shared):
-# four programs per SM instead of two; H100, session 20: fp8-KV decode b64x2048 paged 0.1155 -> 0.1089 ms (-5.6%,
-# every round; kernel/results/2026-12-05-h100-session20)
+# arch -> {head size bound (as in _TABLE's decode row): config}: the keys-as-rows decode tile that a decode config
+# with decode_keys_as_rows="tile" hands the fp8-K calls it covers (kernels/attention._decode_config). Hopper D 128:
+# 64-key blocks, 2 stages, ptxas held to 128 registers (sm_90: 0 spills, 47 KB shared): four programs per SM
+# instead of two; H100, session 20: fp8-KV decode b64x2048 paged 0.1155 -> 0.1089 ms (-5.6%, every round;
+# kernel/results/2026-12-05-h100-session20)
 _KEYS_AS_ROWS_DECODE: dict[str, dict[int, AttentionConfig]] = {
     "hopper": {128: AttentionConfig(16, 64, 4, 2, pack_gqa=True, decode_keys_as_rows=True, max_registers=128)},
 }
@@ -256,10 +259,9 @@ def select_config(arch: str, block_d: int, max_seqlen_q: int, element_bytes: int
 
 
 def select_keys_as_rows_config(arch: str, block_d: int) -> AttentionConfig | None:
-    """The decode tile for an fp8 K that keys-as-rows covers, where `arch` has one for this head size; else None.
+    """The keys-as-rows decode tile of `arch` for this head size (`decode_keys_as_rows="tile"`), else None.
 
-    The caller checks that keys-as-rows applies to the call (`decode_keys_as_rows` may be overridden off) and
-    otherwise keeps select_config's decode tile.
+    The caller checks that keys-as-rows applies to the call and otherwise keeps select_config's decode tile.
     """
     by_head_size = _TABLE[(arch, True)]
     bound = next((b for b in sorted(by_head_size) if b >= block_d), max(by_head_size))

@@ -844,20 +844,22 @@ def keys_as_rows(arch: str, config: AttentionConfig, q: torch.dtype, k: torch.dt
 
 
 def _decode_config(arch: str, q, k, v, block_d: int, element_bytes: int) -> AttentionConfig:
-    """The decode tile: the keys-as-rows one where the architecture has one for an fp8 K and it covers the call.
-
-    Not for an fp16 q: its two e4m3 terms keep ~8 significant bits, where the 16-row tile's fp16 dot is exact (a
-    bf16 q's 8 bits fit the two terms).
-    """
-    keys_rows = select_keys_as_rows_config(arch, block_d)
+    """The decode tile. A config with decode_keys_as_rows="tile" hands an fp8-K call with a bf16 or fp8 q to the
+    architecture's keys-as-rows tile for the head size where there is one and it covers the call, and keeps its own
+    tile (the setting off) for the others: an fp16 q's two e4m3 terms would keep ~8 of its 11 significant bits, where
+    the 16-row tile's fp16 dot is exact (a bf16 q's 8 bits fit the two terms)."""
+    config = select_config(arch, block_d, 1, element_bytes)
+    if config.decode_keys_as_rows != "tile":
+        return config
+    tile = select_keys_as_rows_config(arch, block_d)
     if (
-        keys_rows is not None
+        tile is not None
         and q.dtype != torch.float16
-        and keys_as_rows(arch, keys_rows, q.dtype, k.dtype)
+        and keys_as_rows(arch, tile, q.dtype, k.dtype)
         and _v_as_words(v, v.shape[-1])
     ):
-        return keys_rows
-    return select_config(arch, block_d, 1, element_bytes)
+        return tile
+    return dataclasses.replace(config, decode_keys_as_rows=False)
 
 
 def _v_as_words(v: torch.Tensor, head_dim_v: int) -> bool:
