@@ -310,9 +310,10 @@ def test_decode_keys_as_rows_in_64_key_blocks(monkeypatch, tile):
         check_low_precision(inputs, causal=True, lse_extra=fp8_qk_accumulation_bound(inputs, kwargs, 2), **kwargs)
 
 
-def test_hopper_d128_decode_default_hands_fp8_k_to_the_keys_as_rows_tile():
-    """Hopper's D 128 decode config says "tile" (session 20); D 64 / 256 and other architectures do not."""
-    assert select_config("hopper", 128, 1).decode_keys_as_rows == "tile"
+def test_keys_as_rows_tile_is_opt_in_until_measured_on_the_h200():
+    """Session 20 measured the tile on an H100 only: no decode config turns it on yet (one field does, see
+    kernel/PERF_NOTES.md)."""
+    assert not select_config("hopper", 128, 1).decode_keys_as_rows
     assert (
         not select_config("hopper", 64, 1).decode_keys_as_rows
         and not select_config("ampere", 128, 1).decode_keys_as_rows
