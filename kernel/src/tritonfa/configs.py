@@ -253,8 +253,7 @@ _SHARED_MEMORY = {"hopper": 227 * 1024, "blackwell": 227 * 1024, "ampere": 163 *
 def select_config(arch: str, block_d: int, max_seqlen_q: int, element_bytes: int = 2) -> AttentionConfig:
     decode = max_seqlen_q <= DECODE_MAX_SEQLEN_Q
     by_head_size = _TABLE[(arch, decode)]
-    bound = next((b for b in sorted(by_head_size) if b >= block_d), max(by_head_size))
-    config = _apply_override(arch, by_head_size[bound])
+    config = _apply_override(arch, by_head_size[_head_size_bound(by_head_size, block_d)])
     # The table is tuned (and launch-checked) for 16-bit and fp8 inputs; fp32 inputs need smaller tiles.
     return fit_shared_memory(arch, config, block_d, element_bytes) if element_bytes > 2 else config
 
@@ -264,10 +263,13 @@ def select_keys_as_rows_config(arch: str, block_d: int) -> AttentionConfig | Non
 
     The caller checks that keys-as-rows applies to the call and otherwise keeps select_config's decode tile.
     """
-    by_head_size = _TABLE[(arch, True)]
-    bound = next((b for b in sorted(by_head_size) if b >= block_d), max(by_head_size))
-    config = _KEYS_AS_ROWS_DECODE.get(arch, {}).get(bound)
+    config = _KEYS_AS_ROWS_DECODE.get(arch, {}).get(_head_size_bound(_TABLE[(arch, True)], block_d))
     return None if config is None else _apply_override(arch, config)
+
+
+def _head_size_bound(by_head_size: dict[int, AttentionConfig], block_d: int) -> int:
+    """The table row of a padded head size: the first bound >= it, else the largest."""
+    return next((b for b in sorted(by_head_size) if b >= block_d), max(by_head_size))
 
 
 def fit_shared_memory(arch: str, config: AttentionConfig, block_d: int, element_bytes: int) -> AttentionConfig:

@@ -157,6 +157,9 @@ def cross_compile_specs(arch: str) -> list[dict[str, Any]]:
         # the opt-in fp8 QK over the keys in decode tiles (config `decode_keys_as_rows`)
         keys_as_rows = {"hopper": {"decode_keys_as_rows": True}}
         plans.append((functools.partial(_plan_with_override, json.dumps(keys_as_rows)), (True,)))
+        # its "tile" form: configs._KEYS_AS_ROWS_DECODE's tile (64-key blocks, ptxas held to 128 registers)
+        keys_as_rows_tile = {"hopper": {"decode_keys_as_rows": "tile"}}
+        plans.append((functools.partial(_plan_with_override, json.dumps(keys_as_rows_tile)), (True,)))
     combos = [
         (head_dim, variant, decode, plan)
         for plan, decodes in plans
