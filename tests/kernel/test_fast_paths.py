@@ -217,7 +217,7 @@ def test_paged_fp8_decode_with_block_ids_a_step_ahead(monkeypatch, kv_dtype, til
     last step's look-ahead points past the sequence (masked), a context shorter than one key block has no second
     step, and the unused page slots are NaN; 16-bit caches keep the in-step load unless the setting is True."""
     monkeypatch.setenv("TRITONFA_ARCH", "hopper")
-    # the 16-row mma.sync tile (Hopper's D 128 e4m3 default is the keys-as-rows tile: its own test below)
+    # the 16-row mma.sync tile, also once the keys-as-rows tile (its own test below) is Hopper's D 128 e4m3 default
     look_ahead = {"decode_prefetch_ids": "fp8", "decode_keys_as_rows": False, **tile}
     monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": look_ahead}))
     seqlens_q = [1, 1, 4, 1]
