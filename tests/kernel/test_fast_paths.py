@@ -309,10 +309,10 @@ def test_decode_keys_as_rows_in_64_key_blocks(monkeypatch, tile):
         check_low_precision(inputs, causal=True, **kwargs)
 
 
-def test_keys_as_rows_tile_is_opt_in_until_measured_on_the_h200():
-    """Session 20 measured the tile on an H100 only: no decode config turns it on yet (one field does, see
-    kernel/PERF_NOTES.md)."""
-    assert not select_config("hopper", 128, 1).decode_keys_as_rows
+def test_keys_as_rows_tile_is_hoppers_default_at_head_size_128():
+    """The tile won every round on the H200 (session 21, kernel/PERF_NOTES.md) and passed its GPU suite: Hopper's
+    decode config at head sizes that pad to 128 hands it the calls it covers; other rows keep their own tiles."""
+    assert select_config("hopper", 128, 1).decode_keys_as_rows == "tile"
     assert (
         not select_config("hopper", 64, 1).decode_keys_as_rows
         and not select_config("ampere", 128, 1).decode_keys_as_rows

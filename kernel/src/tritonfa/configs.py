@@ -196,9 +196,8 @@ _TABLE: dict[tuple[str, bool], dict[int, AttentionConfig]] = {
         # d64: 16x64 tiles with 5 stages took 0.083 ms vs 0.100 ms for 16x128 (b64 x 2048 paged, H200;
         # kernel/results/2026-12-03-h200-session3)
         64: AttentionConfig(16, 64, 4, 5, pack_gqa=True),
-        # fp8 K: decode_keys_as_rows="tile" (_KEYS_AS_ROWS_DECODE) is opt-in until the H200 has measured it and run
-        # the GPU suite on it (H100: -5.6%)
-        128: AttentionConfig(16, 128, 4, 4, pack_gqa=True),
+        # e4m3 K with a bf16 or fp8 q: the keys-as-rows tile (_KEYS_AS_ROWS_DECODE); others keep this 16x128 tile
+        128: AttentionConfig(16, 128, 4, 4, pack_gqa=True, decode_keys_as_rows="tile"),
         256: AttentionConfig(16, 64, 4, 2, pack_gqa=True),
     },
     ("blackwell", False): {
@@ -238,8 +237,8 @@ _TABLE: dict[tuple[str, bool], dict[int, AttentionConfig]] = {
 # arch -> {head size bound (as in _TABLE's decode row): config}: the keys-as-rows decode tile that a decode config
 # with decode_keys_as_rows="tile" hands the fp8-K calls it covers (kernels/attention._decode_config). Hopper D 128:
 # 64-key blocks, 2 stages, ptxas held to 128 registers (sm_90: 0 spills, 47 KB shared): four programs per SM
-# instead of two; H100, session 20: fp8-KV decode b64x2048 paged 0.1155 -> 0.1089 ms (-5.6%, every round;
-# kernel/results/2026-12-05-h100-session20)
+# instead of two; fp8-KV decode b64x2048 paged, every round: H100 (session 20) 0.1155 -> 0.1089 ms (-5.6%), H200
+# (session 21) 0.1023 -> 0.1000 ms (-2.2%) (kernel/results/2026-12-05-h100-session20, 2026-12-05-h200-session21)
 _KEYS_AS_ROWS_DECODE: dict[str, dict[int, AttentionConfig]] = {
     "hopper": {128: AttentionConfig(16, 64, 4, 2, pack_gqa=True, decode_keys_as_rows=True, max_registers=128)},
 }

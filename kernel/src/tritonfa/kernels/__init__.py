@@ -154,12 +154,10 @@ def cross_compile_specs(arch: str) -> list[dict[str, Any]]:
         plans.append((functools.partial(_plan_with_override, json.dumps(prefetch_fp8)), both))
         prefetch_16_bit = {"hopper": {"decode_prefetch_ids": True, "block_n": 64, "num_stages": 3}}
         plans.append((functools.partial(_plan_with_override, json.dumps(prefetch_16_bit)), (True,)))
-        # the opt-in fp8 QK over the keys in decode tiles (config `decode_keys_as_rows`)
+        # fp8 QK over the keys in every fp8-K decode tile (config `decode_keys_as_rows` True; the default plan has
+        # its "tile" form: configs._KEYS_AS_ROWS_DECODE's tile, 64-key blocks, ptxas held to 128 registers)
         keys_as_rows = {"hopper": {"decode_keys_as_rows": True}}
         plans.append((functools.partial(_plan_with_override, json.dumps(keys_as_rows)), (True,)))
-        # its "tile" form: configs._KEYS_AS_ROWS_DECODE's tile (64-key blocks, ptxas held to 128 registers)
-        keys_as_rows_tile = {"hopper": {"decode_keys_as_rows": "tile"}}
-        plans.append((functools.partial(_plan_with_override, json.dumps(keys_as_rows_tile)), (True,)))
     combos = [
         (head_dim, variant, decode, plan)
         for plan, decodes in plans

@@ -830,8 +830,8 @@ def quantizes_q(arch: str, config: AttentionConfig, q: torch.dtype, k: torch.dty
 
 
 def keys_as_rows(arch: str, config: AttentionConfig, q: torch.dtype, k: torch.dtype) -> bool:
-    """Whether a Hopper decode tile runs QK as K q^T, an fp8 wgmma over the keys (`decode_keys_as_rows`, opt-in; its
-    "tile" form: _decode_config).
+    """Whether a Hopper decode tile runs QK as K q^T, an fp8 wgmma over the keys (`decode_keys_as_rows`; its
+    "tile" form, Hopper's default at head sizes that pad to 128: _decode_config).
 
     For q of K's fp8 type, or a 16-bit q with e4m3 K (q rounded per row into two e4m3 terms, or one with
     fp8_q_for_fp8_kv).
