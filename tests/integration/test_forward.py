@@ -351,3 +351,65 @@ def test_first_call_checks_what_the_builder_cannot(device):
     query = torch.randn(3, 4, 64, dtype=torch.bfloat16, device=device)
     with pytest.raises(ValueError, match="head size"):
         impl.forward(make_layer(device=device), query, None, None, kv_cache, metadata, torch.empty_like(query))
+
+
+@pytest.mark.parametrize(
+    "feature",
+    [{}, dict(sliding_window=6), dict(softcap=2.0), dict(alibi=True), dict(sinks=True)],
+    ids=["plain", "sliding_window", "softcap", "alibi", "sinks"],
+)
+def test_encoder_only(device, feature):
+    """vLLM's EncoderOnlyAttention layers (bidirectional embedding models): each sequence's queries attend to its
+    whole sequence, no causal mask and no KV cache (do_kv_cache_update writes nothing, forward reads the step's
+    K/V). As vLLM builds it: the metadata from the backend wrapped by create_encoder_only_attention_backend, K/V
+    views of the fused qkv projection, CUDA-graph padding (tokens and a request); sequences of 1 to 23 tokens (the
+    decode-shaped and the prefill launches); the output NaN-poisoned. A dummy run (no metadata) zeroes the output."""
+    from vllm.model_executor.layers.attention.encoder_only_attention import create_encoder_only_attention_backend
+    from vllm.v1.attention.backend import AttentionType
+
+    num_heads, num_kv_heads, head_size, dtype = 8, 2, 64, torch.bfloat16
+    query_lens, pad_tokens, pad_reqs = [5, 1, 23, 2], 3, 1
+    batch = make_batch(query_lens, [0] * len(query_lens), 16, device, pad_tokens=pad_tokens, pad_reqs=pad_reqs)
+    # what vLLM's runner hands an EncoderOnlyAttentionSpec group: a one-column block table of zeros
+    common = batch.common.replace(
+        block_table_tensor=torch.zeros(len(query_lens) + pad_reqs, 1, dtype=torch.int32, device=device)
+    )
+    wrapped = create_encoder_only_attention_backend(TritonFABackend)
+    builder = make_builder(wrapped, device, num_kv_heads=num_kv_heads, head_size=head_size, encoder_only=True)
+    metadata = builder.build(common_prefix_len=0, common_attn_metadata=common)
+
+    num_real = sum(query_lens)
+    num_tokens = num_real + pad_tokens
+    qkv = torch.randn(num_tokens, (num_heads + 2 * num_kv_heads) * head_size, dtype=dtype, device=device)
+    q_cols, kv_cols = num_heads * head_size, num_kv_heads * head_size
+    query = qkv[:, :q_cols].view(num_tokens, num_heads, head_size)
+    key = qkv[:, q_cols : q_cols + kv_cols].view(num_tokens, num_kv_heads, head_size)
+    value = qkv[:, q_cols + kv_cols :].view(num_tokens, num_kv_heads, head_size)
+    slopes = alibi_slopes(num_heads) if feature.get("alibi") else None
+    sinks = torch.randn(num_heads, dtype=torch.float32, device=device) if feature.get("sinks") else None
+    impl = TritonFAImpl(
+        num_heads, head_size, head_size**-0.5, num_kv_heads, slopes, feature.get("sliding_window"), "auto",
+        logits_soft_cap=feature.get("softcap"), attn_type=AttentionType.ENCODER_ONLY, sinks=sinks,
+    )  # fmt: skip
+    layer = make_layer(device=device)
+    no_cache = torch.tensor([], dtype=dtype, device=device)
+    impl.do_kv_cache_update(layer, key, value, no_cache, metadata.slot_mapping)  # nothing to write
+
+    output = torch.full((num_tokens, num_heads, head_size), float("nan"), dtype=dtype, device=device)
+    assert impl.forward(layer, query, key, value, no_cache, metadata, output) is output
+    cu = torch.tensor([0, *torch.tensor(query_lens).cumsum(0).tolist()], dtype=torch.int32, device=device)
+    reference = dict(
+        q=query[:num_real], k=key[:num_real], v=value[:num_real], max_seqlen_q=max(query_lens), cu_seqlens_q=cu,
+        max_seqlen_k=max(query_lens), cu_seqlens_k=cu, softmax_scale=impl.scale, window_size=impl.window_size,
+        softcap=impl.logits_soft_cap, s_aux=sinks,
+        alibi_slopes=None if slopes is None else torch.tensor(slopes, dtype=torch.float32, device=device),
+    )  # fmt: skip
+    ref = attention_reference(**reference, causal=False).float()
+    check(output[:num_real].float(), ref, atol=1.5e-2)
+    # bidirectional indeed: the causal result differs beyond the tolerance
+    causal = attention_reference(**{**reference, "window_size": (impl.window_size[0], 0)}, causal=True).float()
+    assert (causal - ref).abs().max() > 0.1
+
+    dummy = torch.full_like(output, float("nan"))
+    assert impl.forward(layer, query, key, value, no_cache, None, dummy) is dummy
+    assert (dummy == 0).all()

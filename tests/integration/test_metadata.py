@@ -56,9 +56,25 @@ def test_cudagraph_support_and_capture_metadata(device):
 
 
 def test_non_causal_metadata_raises(device):
+    """A decoder layer's group never gets non-causal metadata from this backend's selector (supports_non_causal is
+    False); if it did, the causal kernel would be silently wrong: the builder refuses it."""
     batch = make_batch([4], [0], block_size=16, device=device)
     with pytest.raises(NotImplementedError, match="causal"):
         make_builder(device).build(0, batch.common.replace(causal=False))
+
+
+def test_encoder_only_metadata(device):
+    """vLLM's EncoderOnlyAttention wraps the backend (create_encoder_only_attention_backend): its builder, built on
+    the layers' EncoderOnlyAttentionSpec, asks for non-causal metadata with a one-column block table of zeros."""
+    from vllm.model_executor.layers.attention.encoder_only_attention import create_encoder_only_attention_backend
+
+    wrapped = create_encoder_only_attention_backend(TritonFABackend)
+    batch = make_batch([5, 1, 17], [0, 0, 0], block_size=16, device=device)
+    common = batch.common.replace(block_table_tensor=torch.zeros(3, 1, dtype=torch.int32, device=device))
+    md = _make_builder(wrapped, device, encoder_only=True).build(0, common)
+    assert md.causal is False and md.max_query_len == 17
+    assert md.query_start_loc.tolist() == [0, 5, 6, 23]
+    assert make_builder(device).build(0, batch.common).causal is True
 
 
 def test_tp2_builder_and_head_split(device):

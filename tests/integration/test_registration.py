@@ -76,8 +76,8 @@ def test_declared_support():
         assert b.supports_kv_cache_dtype(kv_cache_dtype), kv_cache_dtype
     for kv_cache_dtype in ("int8_per_token_head", "fp8_per_token_head", "nvfp4"):
         assert not b.supports_kv_cache_dtype(kv_cache_dtype), kv_cache_dtype
-    assert b.supports_attn_type(AttentionType.DECODER)
-    for other in (AttentionType.ENCODER, AttentionType.ENCODER_ONLY, AttentionType.ENCODER_DECODER):
+    assert b.supports_attn_type(AttentionType.DECODER) and b.supports_attn_type(AttentionType.ENCODER_ONLY)
+    for other in (AttentionType.ENCODER, AttentionType.ENCODER_DECODER):
         assert not b.supports_attn_type(other)
     assert b.supports_sink()
     assert not b.is_mla()
@@ -86,12 +86,19 @@ def test_declared_support():
         assert b.supports_block_size(block_size)
 
 
-@pytest.mark.parametrize(
-    "attn_type", [AttentionType.ENCODER, AttentionType.ENCODER_ONLY, AttentionType.ENCODER_DECODER]
-)
-def test_non_decoder_attention_raises(attn_type):
-    with pytest.raises(NotImplementedError, match="decoder self-attention"):
+@pytest.mark.parametrize("attn_type", [AttentionType.ENCODER, AttentionType.ENCODER_DECODER])
+def test_cross_attention_models_raise(attn_type):
+    with pytest.raises(NotImplementedError, match="encoder-decoder"):
         TritonFAImpl(8, 64, 0.125, 2, None, None, "auto", attn_type=attn_type)
+
+
+def test_encoder_only_layer():
+    """Bidirectional: a sliding window reaches sliding_window - 1 tokens on each side; no KV cache, so no fp8 one."""
+    impl = TritonFAImpl(8, 64, 0.125, 2, None, 5, "auto", attn_type=AttentionType.ENCODER_ONLY)
+    assert impl.encoder_only and impl.window_size == (4, 4)
+    assert TritonFAImpl(8, 64, 0.125, 2, None, 5, "auto").window_size == (4, 0)
+    with pytest.raises(NotImplementedError, match="kv_cache_dtype='auto'"):
+        TritonFAImpl(8, 64, 0.125, 2, None, None, "fp8", attn_type=AttentionType.ENCODER_ONLY)
 
 
 def test_unsupported_options_raise():
@@ -137,6 +144,7 @@ def test_selector_accepts_supported_configurations():
     assert selector_reasons(head_size=288)
     assert selector_reasons(dtype=torch.float64)
     assert selector_reasons(use_mla=True)
-    assert selector_reasons(attn_type=AttentionType.ENCODER_ONLY)
+    assert selector_reasons(attn_type=AttentionType.ENCODER_ONLY) == []
+    assert selector_reasons(attn_type=AttentionType.ENCODER_DECODER)
     assert selector_reasons(use_non_causal=True)
     assert selector_reasons(kv_cache_dtype="int8_per_token_head")

@@ -168,3 +168,66 @@ def test_warm_up_runs_once_per_configuration(device, monkeypatch):
     fp8 = make_layer_call(device, "fp8cache-fp8q-fp8out-sinks")
     fp8[0].forward(fp8[1], fp8[3], None, None, fp8[2], None, fp8[4], output_scale=fp8[5])
     assert len(launched) == 8
+
+
+def encoder_only_layer_call(device, sliding_window=None, softcap=None, alibi=False, dtype=torch.bfloat16):
+    """An encoder-only layer (vLLM's EncoderOnlyAttention) and its inputs as vLLM hands them: query, key and value
+    views of the fused qkv projection, the output its own buffer; no KV cache."""
+    from vllm.v1.attention.backend import AttentionType
+
+    num_heads, num_kv_heads, head_size = 8, 2, 128
+    impl = TritonFAImpl(
+        num_heads, head_size, head_size**-0.5, num_kv_heads, [0.5] * num_heads if alibi else None, sliding_window,
+        "auto", logits_soft_cap=softcap, attn_type=AttentionType.ENCODER_ONLY,
+    )  # fmt: skip
+    q_cols, kv_cols = num_heads * head_size, num_kv_heads * head_size
+    qkv = torch.zeros(512, q_cols + 2 * kv_cols, dtype=dtype, device=device)
+    query = qkv[:, :q_cols].view(-1, num_heads, head_size)
+    key = qkv[:, q_cols : q_cols + kv_cols].view(-1, num_kv_heads, head_size)
+    value = qkv[:, q_cols + kv_cols :].view(-1, num_kv_heads, head_size)
+    output = torch.empty(512, num_heads, head_size, dtype=dtype, device=device)
+    return impl, make_layer(device=device), query, key, value, output
+
+
+@pytest.mark.parametrize(
+    "features", [{}, dict(sliding_window=64, softcap=30.0, alibi=True, dtype=torch.float16)], ids=["plain", "features"]
+)
+def test_encoder_only_warm_up_covers_realistic_batches(device, features):
+    """Encoder-only batches (every sequence whole, up to 512 tokens in all): the warm-up's synthetic calls produce
+    every kernel variant key that decode-shaped, single-sequence and several-sequence batches plan."""
+    impl, layer, query, key, value, output = encoder_only_layer_call(device, **features)
+    warm = impl._warm_up_encoder_only_calls(layer, query, key, value, output, None)
+    rng = random.Random(0)
+    real = []
+    for i in range(24):
+        kind = ("short", "single", "several")[i % 3]
+        if kind == "short":
+            lens = [rng.randint(1, 16) for _ in range(rng.randint(1, 20))]
+        elif kind == "single":
+            lens = [rng.randint(17, 500)]
+        else:
+            lens = [rng.randint(1, 60) for _ in range(rng.randint(2, 6))] + [rng.randint(17, 100)]
+        cu = torch.tensor([0, *torch.tensor(lens).cumsum(0).tolist()], dtype=torch.int32, device=device)
+        rows = sum(lens) + rng.choice([0, 5])  # CUDA-graph padding tokens
+        real.append(
+            impl._encoder_op_args(layer, query[:rows], key[:rows], value[:rows], output[:rows], cu, max(lens), None)
+        )
+    for arch in ("hopper", None):
+        warm_keys, real_keys = plan_keys(warm, arch), plan_keys(real, arch)
+        assert len(real_keys) >= 2
+        assert real_keys <= warm_keys, arch
+
+
+def test_encoder_only_warm_up_runs_once_per_configuration(device, monkeypatch):
+    """A dummy run (no metadata) compiles the layer's three buckets and zeroes the output; a second layer of the
+    same configuration compiles nothing."""
+    monkeypatch.setattr(backend, "_WARMED_UP", set())
+    launched = []
+    monkeypatch.setattr(backend, "varlen_fwd", lambda *args: launched.append(args))
+    impl, layer, query, key, value, output = encoder_only_layer_call(device)
+    output.fill_(float("nan"))
+    assert impl.forward(layer, query, key, value, torch.tensor([], device=device), None, output) is output
+    assert len(launched) == 3 and (output == 0).all()
+    other = encoder_only_layer_call(device)
+    other[0].forward(other[1], *other[2:5], torch.tensor([], device=device), None, other[5])
+    assert len(launched) == 3

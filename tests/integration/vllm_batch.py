@@ -165,11 +165,15 @@ def _vllm_config(block_size: int, cache_dtype: str):
 
 
 def make_builder(
-    backend, device, *, block_size=16, num_kv_heads=2, head_size=64, cache_dtype="auto", dtype=torch.bfloat16
-):
-    """The backend's metadata builder as vLLM constructs it: KV-cache spec of the layer group, layer names, config."""
-    from vllm.v1.kv_cache_interface import FullAttentionSpec
+    backend, device, *, block_size=16, num_kv_heads=2, head_size=64, cache_dtype="auto", dtype=torch.bfloat16,
+    encoder_only=False,
+):  # fmt: skip
+    """The backend's metadata builder as vLLM constructs it: KV-cache spec of the layer group, layer names, config.
+    encoder_only: the group of vLLM's EncoderOnlyAttention layers (no KV cache; their backend is `backend` wrapped
+    by vLLM's create_encoder_only_attention_backend, whose builder asks for non-causal metadata)."""
+    from vllm.v1.kv_cache_interface import EncoderOnlyAttentionSpec, FullAttentionSpec
 
-    spec = FullAttentionSpec(block_size=block_size, num_kv_heads=num_kv_heads, head_size=head_size, dtype=dtype)
+    spec_cls = EncoderOnlyAttentionSpec if encoder_only else FullAttentionSpec
+    spec = spec_cls(block_size=block_size, num_kv_heads=num_kv_heads, head_size=head_size, dtype=dtype)
     vllm_config = _vllm_config(block_size, cache_dtype)
     return backend.get_builder_cls()(spec, ["model.layers.0.self_attn.attn"], vllm_config, torch.device(device))

@@ -13,9 +13,12 @@ Thin by design, modelled on vLLM 0.24's `vllm/v1/attention/backends/triton_attn.
 - the first call of a layer that sees its real KV cache (vLLM's dummy runs after the cache is allocated, before
   CUDA-graph capture and serving) compiles every kernel variant the layer can launch on tiny synthetic batches
   (`_warm_up`), once per layer configuration: no Triton compilation happens while serving.
+- encoder-only layers (bidirectional embedding models: vLLM's `EncoderOnlyAttention`) have no KV cache: `forward`
+  attends over the step's own K/V, sequence by sequence, without the causal mask (`_forward_encoder_only`).
 All math lives in tritonfa; the version differences between supported vLLM releases live in `compat`.
 
-Supported: decoder self-attention (causal); fp16/bf16/fp32 models; kv_cache_dtype auto/float16/bfloat16/fp8/
+Supported: decoder self-attention (causal) and encoder-only self-attention (bidirectional, no KV cache);
+fp16/bf16/fp32 models; kv_cache_dtype auto/float16/bfloat16/fp8/
 fp8_e4m3/fp8_e5m2 with the layer's k/v scales; fp8 queries when vLLM quantizes them (fp8/fp8_e4m3 caches, with the
 layer's q scale); fused static fp8 output quantization; any head size up to 256; GQA/MQA; sliding window, logit
 softcap, ALiBi, attention sinks; any block size. The support matrix with the platform rules is in README.md.
@@ -40,6 +43,7 @@ from vllm.v1.attention.backend import (
     CommonAttentionMetadata,
 )
 from vllm.v1.attention.ops.triton_reshape_and_cache_flash import triton_reshape_and_cache_flash
+from vllm.v1.kv_cache_interface import EncoderOnlyAttentionSpec
 
 from tritonfa import flash_attn_varlen_func
 from tritonfa.configs import DECODE_MAX_SEQLEN_Q
@@ -133,6 +137,7 @@ class TritonFAMetadata:
     seq_lens: torch.Tensor  # int32 [batch]: KV length per sequence incl. this step's tokens (seqused_k)
     block_table: torch.Tensor  # int32 [batch, max_blocks_per_seq]
     slot_mapping: torch.Tensor  # int64 [num_tokens]: cache slot of each new token (-1 = skip)
+    causal: bool = True  # False only for encoder-only layers (their queries see their whole sequence)
 
 
 def check_batch_tensors(query_start_loc, seq_lens, block_table, device: torch.device) -> None:
@@ -172,6 +177,8 @@ class TritonFAMetadataBuilder(AttentionMetadataBuilder[TritonFAMetadata]):
         if self._device.type == "cuda" and self._device.index is None:
             # tensors report their index; compare against what they will say
             self._device = torch.device("cuda", torch.cuda.current_device())
+        # vLLM builds the metadata of encoder-only layers (their own group, no KV cache) with causal=False
+        self._encoder_only = isinstance(kv_cache_spec, EncoderOnlyAttentionSpec)
 
     def build(
         self,
@@ -182,8 +189,11 @@ class TritonFAMetadataBuilder(AttentionMetadataBuilder[TritonFAMetadata]):
         # common_prefix_len only matters for cascade attention, which this backend never asks for
         # (use_cascade_attention is False): the full block table covers shared prefixes as well.
         cm = common_attn_metadata
-        if cm.causal is not True:
-            raise NotImplementedError("tritonfa_vllm supports causal decoder attention only (got causal != True)")
+        if cm.causal is not True and not self._encoder_only:
+            raise NotImplementedError(
+                "tritonfa_vllm supports causal decoder attention and encoder-only attention (got causal != True "
+                "for a decoder layer: a non-causal decoder)"
+            )
         if getattr(cm, "mm_req_doc_ranges", None) is not None:
             raise NotImplementedError("tritonfa_vllm does not support bidirectional multimodal prefix ranges")
         check_batch_tensors(cm.query_start_loc, cm.seq_lens, cm.block_table_tensor, self._device)
@@ -195,6 +205,7 @@ class TritonFAMetadataBuilder(AttentionMetadataBuilder[TritonFAMetadata]):
             seq_lens=cm.seq_lens,
             block_table=cm.block_table_tensor,
             slot_mapping=cm.slot_mapping,
+            causal=bool(cm.causal),
         )
 
     def build_for_cudagraph_capture(self, common_attn_metadata: CommonAttentionMetadata) -> TritonFAMetadata:
@@ -245,7 +256,7 @@ class TritonFABackend(AttentionBackend):
 
     @classmethod
     def supports_attn_type(cls, attn_type: str) -> bool:
-        return attn_type == AttentionType.DECODER
+        return attn_type in (AttentionType.DECODER, AttentionType.ENCODER_ONLY)
 
     @classmethod
     def supports_combination(
@@ -276,10 +287,16 @@ class TritonFAImpl(AttentionImpl[TritonFAMetadata]):
         sinks: torch.Tensor | None = None,
         **unsupported,
     ) -> None:
-        if attn_type != AttentionType.DECODER:
+        if not TritonFABackend.supports_attn_type(attn_type):
             raise NotImplementedError(
-                f"tritonfa_vllm supports decoder self-attention only, got attn_type={attn_type!r}; "
-                "use another attention backend for encoder or cross-attention models"
+                f"tritonfa_vllm supports decoder and encoder-only self-attention, got attn_type={attn_type!r}; "
+                "use another attention backend for encoder-decoder (cross-attention) models"
+            )
+        encoder_only = attn_type == AttentionType.ENCODER_ONLY
+        if encoder_only and kv_cache_dtype in FP8_KV_CACHE_DTYPES:
+            raise NotImplementedError(
+                f"encoder-only attention keeps no KV cache to quantize: kv_cache_dtype={kv_cache_dtype!r} applies "
+                "to decoder layers only (use kv_cache_dtype='auto' for an encoder-only model)"
             )
         for name, value in unsupported.items():
             # vLLM passes some extra arguments only to backends that declare them; defaults are harmless
@@ -311,8 +328,11 @@ class TritonFAImpl(AttentionImpl[TritonFAMetadata]):
         self.kv_cache_dtype = kv_cache_dtype
         self.kv_sharing_target_layer_name = kv_sharing_target_layer_name
         self.attn_type = attn_type
-        # vLLM's sliding_window counts the query's own token: it sees itself and the sliding_window - 1 before it.
-        self.window_size = (-1, -1) if sliding_window is None else (sliding_window - 1, 0)
+        self.encoder_only = encoder_only
+        # vLLM's sliding_window counts the query's own token: it sees itself and the sliding_window - 1 before it
+        # (and, bidirectional, the sliding_window - 1 after it).
+        window_right = sliding_window - 1 if encoder_only and sliding_window is not None else 0
+        self.window_size = (-1, -1) if sliding_window is None else (sliding_window - 1, window_right)
         self.logits_soft_cap = float(logits_soft_cap or 0.0)
         # vLLM builds impls under the model's default device, so these usually sit on the GPU already.
         self.alibi_slopes = None if alibi_slopes is None else torch.tensor(alibi_slopes, dtype=torch.float32)
@@ -362,6 +382,8 @@ class TritonFAImpl(AttentionImpl[TritonFAMetadata]):
         slot_mapping: torch.Tensor,
     ) -> None:
         """Write the step's key/value [num_tokens, Hk, D] into the paged cache at slot_mapping."""
+        if self.encoder_only:
+            return  # no cache: forward reads the step's own K/V
         key_cache, value_cache = self._paged_kv(kv_cache)
         triton_reshape_and_cache_flash(
             key, value, key_cache, value_cache, slot_mapping, self.kv_cache_dtype, layer._k_scale, layer._v_scale
@@ -385,6 +407,8 @@ class TritonFAImpl(AttentionImpl[TritonFAMetadata]):
         """
         if output_block_scale is not None:
             raise NotImplementedError("tritonfa_vllm does not support block-scaled (nvfp4) output quantization")
+        if self.encoder_only:
+            return self._forward_encoder_only(layer, query, key, value, attn_metadata, output, output_scale)
         if attn_metadata is None:
             # Profiling run or a warm-up dummy run: nothing to attend to. Zero the output as vLLM's own backends do,
             # so that the rest of the forward sees finite values instead of whatever the allocation held. Dummy
@@ -449,6 +473,81 @@ class TritonFAImpl(AttentionImpl[TritonFAMetadata]):
         else:  # no lse kept: the function below the op's that allocates none
             varlen_fwd_into(*args[:-1])
         return output
+
+    def _forward_encoder_only(self, layer, query, key, value, attn_metadata, output, output_scale) -> torch.Tensor:
+        """Bidirectional attention of each sequence's queries over its own keys: the step's query / key / value
+        [num_tokens, H, D] (no KV cache; cu_seqlens_k = cu_seqlens_q). vLLM's dummy runs (no metadata) compile the
+        layer's kernel variants (`_warm_up_encoder_only`) and zero the output. As for decoder layers, a layer's
+        first call (and any call whose dtypes or strides differ from the last checked one) goes through the public
+        function, the others straight to the op's function."""
+        if attn_metadata is None:
+            self._warm_up_encoder_only(layer, query, key, value, output, output_scale)
+            return output.fill_(0)
+        md = attn_metadata
+        num_tokens = md.num_actual_tokens
+        q, k, v = query[:num_tokens], key[:num_tokens], value[:num_tokens]
+        out = output if output.shape[0] == num_tokens else output[:num_tokens]
+        args = self._encoder_op_args(layer, q, k, v, out, md.query_start_loc, md.max_query_len, output_scale)
+        call = (q.dtype, q.stride(), k.stride(), v.stride(), out.dtype, out.stride(), output_scale is None)
+        if call != self._checked_call:
+            self._warm_up_encoder_only(layer, query, key, value, output, output_scale)
+            flash_attn_varlen_func(
+                q, k, v, max_seqlen_q=md.max_query_len, cu_seqlens_q=md.query_start_loc,
+                max_seqlen_k=md.max_query_len, cu_seqlens_k=md.query_start_loc, softmax_scale=self.scale,
+                causal=False, window_size=self.window_size, softcap=self.logits_soft_cap, alibi_slopes=args[8],
+                s_aux=self.sinks, output_scale=output_scale, out=out,
+            )  # fmt: skip
+            self._checked_call = call
+        elif torch.compiler.is_compiling():
+            with _BELOW_AUTOGRAD():
+                varlen_fwd(*args)
+        else:
+            varlen_fwd_into(*args[:-1])
+        return output
+
+    def _encoder_op_args(self, layer, q, k, v, out, cu_seqlens, max_seqlen, output_scale) -> tuple:
+        """The positional arguments of `tritonfa::varlen_fwd` for one call of an encoder-only layer."""
+        _, _, _, alibi_slopes = self._scales(layer, q)
+        return (
+            q, k, v, out, cu_seqlens, cu_seqlens, None, None, alibi_slopes, None, self.sinks, None, None, None,
+            output_scale, max_seqlen, max_seqlen, self.scale, self.window_size[0], self.window_size[1],
+            self.logits_soft_cap, 0, False,
+        )  # fmt: skip
+
+    def _warm_up_encoder_only(self, layer, query, key, value, output, output_scale) -> None:
+        """The encoder-only twin of `_warm_up`: compile every kernel variant the layer can launch, once per layer
+        configuration, on tiny synthetic batches with the strides and alignment of the call's query / key / value /
+        output (`_warm_up_encoder_only_calls`)."""
+        if query.device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+            return
+        tensors = (query, key, value, output)
+        warm_up_key = (
+            "encoder_only", query.device, self.window_size, self.logits_soft_cap > 0, self.alibi_slopes is not None,
+            self.sinks is not None, output_scale is not None,
+            *((t.dtype, t.shape[1:], t.stride(), t.data_ptr() % 16) for t in tensors),
+        )  # fmt: skip
+        if warm_up_key in _WARMED_UP:
+            return
+        with torch.no_grad(), _BELOW_AUTOGRAD():
+            for args in self._warm_up_encoder_only_calls(layer, query, key, value, output, output_scale):
+                varlen_fwd(*args)
+        _WARMED_UP.add(warm_up_key)
+
+    def _warm_up_encoder_only_calls(self, layer, query, key, value, output, output_scale) -> list[tuple]:
+        """`varlen_fwd` arguments of one synthetic batch per bucket the kernel's variant choice depends on: decode-
+        shaped (every sequence <= DECODE_MAX_SEQLEN_Q tokens), one longer sequence, several with a longer one. A
+        decode-shaped batch's keys are as few as its queries here, so no split-KV variant exists."""
+        prefill_len = DECODE_MAX_SEQLEN_Q + 1
+        calls = []
+        for lens in ([1], [prefill_len], [prefill_len, 1]):
+            rows = sum(lens)
+            q, k, v = (_scratch_like(t, rows).zero_() for t in (query, key, value))
+            out = _scratch_like(output, rows)
+            cu_seqlens = torch.tensor([0, *torch.tensor(lens).cumsum(0).tolist()], dtype=torch.int32)
+            calls.append(
+                self._encoder_op_args(layer, q, k, v, out, cu_seqlens.to(query.device), max(lens), output_scale)
+            )
+        return calls
 
     def _scales(self, layer, q) -> tuple:
         """(q_descale, k_descale, v_descale, alibi_slopes) of this layer for a call with query `q`."""
