@@ -7,7 +7,8 @@
 # READY_FILE (optional): wait until it exists (vLLM still being installed) before the first engine starts.
 # VLLM_STEPS (default "auto alibi fp8 hostcost"): which steps, in that order: auto / fp8 (latency with that KV cache
 # dtype), alibi (e2e_check.py --suite alibi), e2e:SUITE (e2e_check.py --suite SUITE, e.g. e2e:all), hostcost,
-# stepprofile (step_profile.py: one prefill-heavy and one decode step per backend, torch profiler).
+# stepprofile (step_profile.py: one prefill-heavy and one decode step per backend, torch profiler), encoder
+# (encoder_check.py: a bidirectional Llama's embeddings, CUSTOM vs FLASH_ATTN).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.." || exit
 out="${1:?usage: gpu_session.sh RESULTS_DIR [READY_FILE]}"
@@ -22,6 +23,9 @@ export PYTHONUNBUFFERED=1
   # the end-to-end number first: a session cut short still has it
   for step in ${VLLM_STEPS:-auto alibi fp8 hostcost}; do  # auto / fp8: the latency benchmark with that KV cache dtype
     case "$step" in
+      encoder)
+        echo "== encoder-only $(date -u +%T)"
+        timeout 900 python3 integration/scripts/encoder_check.py --out "$out" 2>&1 | tail -n 20 ;;
       alibi)
         echo "== e2e alibi $(date -u +%T)"
         timeout 600 python3 integration/scripts/e2e_check.py --suite alibi --out "$out" 2>&1 | tail -n 40 ;;

@@ -122,3 +122,21 @@ def test_e2e_alibi_verdict():
     }
     assert all(job[5] for job in alibi_jobs)
     assert not any(job[0] == e2e.ALIBI_MODEL and job[2] == "FLASH_ATTN" for s in e2e.SUITES.values() for job in s)
+
+
+def test_encoder_check_verdict_and_model():
+    """encoder_check.py: CUSTOM passes within twice the peer's spread plus the floor, fails beyond it; its model is
+    a bidirectional Llama (vLLM makes every attention layer of `is_causal: false` an EncoderOnlyAttention)."""
+    enc = script("encoder_check")
+    a = [[0.1, -0.2, 0.3], [0.5, 0.0, -0.5]]
+    assert enc.distance(a, a) == {"max": 0.0, "mean": 0.0}
+    d = enc.distance(a, [[0.1, -0.2, 0.31], [0.5, 0.0, -0.5]])
+    assert abs(d["max"] - 0.01) < 1e-9 and abs(d["mean"] - 0.01 / 6) < 1e-9
+    peer = {"max": 4e-3, "mean": 4e-4}
+    assert enc.verdict({"max": 9e-3, "mean": 9e-4}, peer)[0]
+    ok, notes = enc.verdict({"max": 2e-2, "mean": 9e-4}, peer)
+    assert not ok and "max" in notes
+    assert not enc.verdict({"max": 1e-3, "mean": 2e-3}, peer)[0]
+    config = json.loads((SCRIPTS / "models" / enc.MODEL / "config.json").read_text())
+    assert config["is_causal"] is False and config["architectures"] == ["LlamaBidirectionalModel"]
+    assert config["pooling"] == "avg"  # vLLM's LlamaBidirectionalConfig requires it (mean pooling: every position)
