@@ -42,6 +42,25 @@ def setup_env() -> None:
             sys.path.insert(0, str(src))
 
 
+def start_worker(model_name: str) -> tuple[Path, int]:
+    """A worker's preamble (before importing vllm): environment and import path, tritonfa's backend registered as
+    CUSTOM; returns the model's folder and its vocabulary size."""
+    setup_env()
+    import tritonfa_vllm
+
+    tritonfa_vllm.register()
+    model = resolve_model(model_name)
+    return model, json.loads((model / "config.json").read_text())["vocab_size"]
+
+
+def token_prompts(vocab: int, lengths) -> list[list[int]]:
+    """Random token-id prompts of these lengths (seed 0: every backend's engine gets the same ones)."""
+    import numpy as np
+
+    rng = np.random.RandomState(0)
+    return [rng.randint(100, min(vocab, 30000), size=n).tolist() for n in lengths]
+
+
 def child_env() -> dict:
     env = dict(os.environ)
     env.update({k: env.get(k, v) for k, v in ENGINE_ENV.items()})

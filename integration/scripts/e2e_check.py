@@ -74,16 +74,9 @@ def short_dtype(dtype: str) -> str:
 
 
 def worker(args) -> None:
-    h.setup_env()
-    import numpy as np
-
-    import tritonfa_vllm
-
-    tritonfa_vllm.register()
+    model, vocab = h.start_worker(args.model)
     from vllm import LLM, SamplingParams
 
-    model = h.resolve_model(args.model)
-    vocab = json.loads((model / "config.json").read_text())["vocab_size"]
     start = time.perf_counter()
     llm = LLM(
         model=str(model),
@@ -113,8 +106,7 @@ def worker(args) -> None:
         wrapped = llm.apply_model(lambda m: _attention_capture.install(m, recorder))
         assert sum(wrapped) > 0, "no attention layer found to check"
 
-    rng = np.random.RandomState(0)
-    prompts = [rng.randint(100, min(vocab, 30000), size=n).tolist() for n in PROMPT_LENS]
+    prompts = h.token_prompts(vocab, PROMPT_LENS)
     params = SamplingParams(
         temperature=0.0, max_tokens=MAX_TOKENS, logprobs=5, prompt_logprobs=1, ignore_eos=True, detokenize=False
     )

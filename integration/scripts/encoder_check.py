@@ -29,16 +29,9 @@ FLOOR = (2e-3, 2e-4)  # (max, mean) |difference| two bf16 backends may differ by
 
 
 def worker(args) -> None:
-    h.setup_env()
-    import numpy as np
-
-    import tritonfa_vllm
-
-    tritonfa_vllm.register()
+    model, vocab = h.start_worker(args.model)
     from vllm import LLM
 
-    model = h.resolve_model(args.model)
-    vocab = json.loads((model / "config.json").read_text())["vocab_size"]
     start = time.perf_counter()
     llm = LLM(
         model=str(model), load_format="dummy", skip_tokenizer_init=True, runner="pooling", dtype="bfloat16",
@@ -48,8 +41,7 @@ def worker(args) -> None:
     init_s = time.perf_counter() - start
     in_use = h.backends_in_use(llm)
     llm.apply_model(h.reinit_weights)
-    rng = np.random.RandomState(0)
-    prompts = [rng.randint(100, min(vocab, 30000), size=n).tolist() for n in PROMPT_LENS]
+    prompts = h.token_prompts(vocab, PROMPT_LENS)
     outputs = llm.embed([{"prompt_token_ids": p} for p in prompts], use_tqdm=False)
     embeddings = [[float(x) for x in out.outputs.embedding] for out in outputs]
     result = {"gpu": h.gpu_name(), "backends_in_use": in_use, "init_s": round(init_s, 1), "embeddings": embeddings}

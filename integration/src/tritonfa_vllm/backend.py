@@ -102,6 +102,16 @@ _BELOW_AUTOGRAD = getattr(torch._C, "_AutoDispatchBelowADInplaceOrView", context
 _WARMED_UP: set[tuple] = set()
 
 
+def _run_once(key: tuple, calls) -> None:
+    """The `varlen_fwd` calls that `calls()` lists, once per layer configuration `key` in this process."""
+    if key in _WARMED_UP:
+        return
+    with torch.no_grad(), _BELOW_AUTOGRAD():
+        for args in calls():
+            varlen_fwd(*args)
+    _WARMED_UP.add(key)
+
+
 def platform_takes_fp8_query() -> bool:
     """Whether quantizing the query to fp8 pays off here: vLLM 0.34's rule for its Triton backend.
 
@@ -526,12 +536,7 @@ class TritonFAImpl(AttentionImpl[TritonFAMetadata]):
             self.sinks is not None, output_scale is not None,
             *((t.dtype, t.shape[1:], t.stride(), t.data_ptr() % 16) for t in tensors),
         )  # fmt: skip
-        if warm_up_key in _WARMED_UP:
-            return
-        with torch.no_grad(), _BELOW_AUTOGRAD():
-            for args in self._warm_up_encoder_only_calls(layer, query, key, value, output, output_scale):
-                varlen_fwd(*args)
-        _WARMED_UP.add(warm_up_key)
+        _run_once(warm_up_key, lambda: self._warm_up_encoder_only_calls(layer, query, key, value, output, output_scale))
 
     def _warm_up_encoder_only_calls(self, layer, query, key, value, output, output_scale) -> list[tuple]:
         """`varlen_fwd` arguments of one synthetic batch per bucket the kernel's variant choice depends on: decode-
@@ -600,12 +605,7 @@ class TritonFAImpl(AttentionImpl[TritonFAMetadata]):
         if key_cache.dtype != query.dtype and key_cache.dtype in _SIXTEEN_BIT and query.dtype in _SIXTEEN_BIT:
             query = query.to(key_cache.dtype)  # as forward converts it
         key = self._warm_up_key(layer, query, output, key_cache, value_cache, output_scale)
-        if key in _WARMED_UP:
-            return
-        with torch.no_grad(), _BELOW_AUTOGRAD():
-            for args in self._warm_up_calls(layer, query, output, key_cache, value_cache, output_scale):
-                varlen_fwd(*args)
-        _WARMED_UP.add(key)
+        _run_once(key, lambda: self._warm_up_calls(layer, query, output, key_cache, value_cache, output_scale))
 
     def _warm_up_calls(self, layer, query, output, key_cache, value_cache, output_scale) -> list[tuple]:
         """`varlen_fwd` arguments of tiny synthetic batches, one per bucket the kernel's variant choice depends on.
