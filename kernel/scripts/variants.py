@@ -142,11 +142,11 @@ DECODE_VARIANTS = {
     # Hopper's fp8-K decode tile before session 20 (16 rows, mma.sync, 128 keys, 4 stages; K and V widened in registers)
     "no-keys-as-rows": {"decode_keys_as_rows": False},
     # the keys-as-rows tile of configs._KEYS_AS_ROWS_DECODE (D 128: 64 keys, 2 stages, 128 registers) for the calls
-    # it covers (opt-in until the H200 measures it)
+    # it covers (Hopper's D 128 default since session 21: the same as "default" there)
     "keys-as-rows-tile": {"decode_keys_as_rows": "tile"},
 }
-# With decode_keys_as_rows="tile" (once it is Hopper's D 128 decode default) an e4m3-K call runs the keys-as-rows
-# tile and an override applies on top of that tile. So each variant keeps the meaning it was measured with: those of
+# With decode_keys_as_rows="tile" (Hopper's D 128 decode default) an e4m3-K call runs the keys-as-rows tile and an
+# override applies on top of that tile. So each variant keeps the meaning it was measured with: those of
 # the 16-row tile turn keys-as-rows off, the keys-as-rows ones name their whole tile (128 keys, 4 stages unless they
 # say otherwise)
 _KEYS_AS_ROWS_TILE = {"block_n": 128, "num_stages": 4, "max_registers": 0}

@@ -16,7 +16,7 @@ import torch
 
 import tritonfa
 from tritonfa.configs import DECODE_MAX_SEQLEN_Q, detect_arch, native_fp8_dot
-from tritonfa.kernels.attention import _decode_config, _next_pow2_at_least, _v_as_words, keys_as_rows
+from tritonfa.kernels.attention import decode_q_fp8_terms
 from tritonfa.reference import attention_reference
 
 DEVICE = os.environ["TRITONFA_TEST_DEVICE"]
@@ -361,18 +361,10 @@ def check_low_precision(inputs: AttnInputs, lse_extra: float = 0.0, **kwargs) ->
 def keys_as_rows_q_terms(inputs: AttnInputs) -> int:
     """How many e4m3 terms the decode tiles split a 16-bit q into, each a native fp8 QK dot (keys-as-rows tiles,
     `decode_keys_as_rows`): 2, or 1 with fp8_q_for_fp8_kv; 0 when the call has no decode row or its decode tile
-    keeps a 16-bit dot. Read from the launcher's own choice, so the oracle follows the configuration in force."""
-    q, k, v = inputs.q, inputs.k, inputs.v
-    decode_rows = any(0 < n <= DECODE_MAX_SEQLEN_Q for n in inputs.seqlens_q)
-    if q.dtype not in (torch.float16, torch.bfloat16) or not decode_rows:
+    keeps a 16-bit dot. The launcher's own choice, so the oracle follows the configuration in force."""
+    if not any(0 < n <= DECODE_MAX_SEQLEN_Q for n in inputs.seqlens_q):
         return 0
-    arch = detect_arch(q.device)
-    block_d = _next_pow2_at_least(max(q.shape[-1], v.shape[-1]), 32 if is_fp8(k.dtype) else 16)
-    element_bytes = max(t.element_size() for t in (q, k, v))
-    config = _decode_config(arch, q, k, v, block_d, element_bytes)
-    if not (keys_as_rows(arch, config, q.dtype, k.dtype) and _v_as_words(v, v.shape[-1])):
-        return 0
-    return 1 if config.fp8_q_for_fp8_kv else 2
+    return decode_q_fp8_terms(inputs.q, inputs.k, inputs.v)
 
 
 # Hopper's fp8 MMA (k = 32 per step) keeps 13 mantissa bits of its accumulator: each step may drop up to 2^-13 of it

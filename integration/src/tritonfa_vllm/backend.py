@@ -497,18 +497,19 @@ class TritonFAImpl(AttentionImpl[TritonFAMetadata]):
         num_tokens = md.num_actual_tokens
         q, k, v = query[:num_tokens], key[:num_tokens], value[:num_tokens]
         out = output if output.shape[0] == num_tokens else output[:num_tokens]
-        args = self._encoder_op_args(layer, q, k, v, out, md.query_start_loc, md.max_query_len, output_scale)
         call = (q.dtype, q.stride(), k.stride(), v.stride(), out.dtype, out.stride(), output_scale is None)
         if call != self._checked_call:
             self._warm_up_encoder_only(layer, query, key, value, output, output_scale)
             flash_attn_varlen_func(
                 q, k, v, max_seqlen_q=md.max_query_len, cu_seqlens_q=md.query_start_loc,
                 max_seqlen_k=md.max_query_len, cu_seqlens_k=md.query_start_loc, softmax_scale=self.scale,
-                causal=False, window_size=self.window_size, softcap=self.logits_soft_cap, alibi_slopes=args[8],
-                s_aux=self.sinks, output_scale=output_scale, out=out,
+                causal=False, window_size=self.window_size, softcap=self.logits_soft_cap,
+                alibi_slopes=self._scales(layer, q)[3], s_aux=self.sinks, output_scale=output_scale, out=out,
             )  # fmt: skip
             self._checked_call = call
-        elif torch.compiler.is_compiling():
+            return output
+        args = self._encoder_op_args(layer, q, k, v, out, md.query_start_loc, md.max_query_len, output_scale)
+        if torch.compiler.is_compiling():
             with _BELOW_AUTOGRAD():
                 varlen_fwd(*args)
         else:

@@ -862,6 +862,32 @@ def _decode_config(arch: str, q, k, v, block_d: int, element_bytes: int) -> Atte
     return dataclasses.replace(config, decode_keys_as_rows=False)
 
 
+def _q_fp8_terms(arch: str, config: AttentionConfig, q, k, v) -> int:
+    """How many e4m3 terms a keys-as-rows tile splits a 16-bit q into, each a native fp8 QK dot: 2 (hi + the rest),
+    1 with fp8_q_for_fp8_kv; 0 where the tile is not keys-as-rows or q is K's type already."""
+    if q.dtype == k.dtype or not (keys_as_rows(arch, config, q.dtype, k.dtype) and _v_as_words(v, v.shape[-1])):
+        return 0
+    return 1 if config.fp8_q_for_fp8_kv else 2
+
+
+def decode_q_fp8_terms(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, arch: str | None = None) -> int:
+    """`_q_fp8_terms` of the decode tile plan_attention picks for these tensors (tests bound the lse error of the
+    fp8 QK dots with it)."""
+    arch = arch or detect_arch(q.device)
+    block_d, block_dv, element_bytes = _tile_dims(q, k, v)
+    return _q_fp8_terms(arch, _decode_config(arch, q, k, v, max(block_d, block_dv), element_bytes), q, k, v)
+
+
+def _tile_dims(q, k, v) -> tuple[int, int, int]:
+    """(q's and v's head sizes padded to a power of two at least one dot's depth, the widest element size)."""
+    dot_floor = 32 if any(is_fp8(t.dtype) for t in (q, k, v)) else 16
+    return (
+        _next_pow2_at_least(q.shape[-1], dot_floor),
+        _next_pow2_at_least(v.shape[-1], dot_floor),
+        max(t.element_size() for t in (q, k, v)),
+    )
+
+
 def _v_as_words(v: torch.Tensor, head_dim_v: int) -> bool:
     """Whether every row of e4m3 V can be read as 32-bit words (keys-as-rows decode tiles need it; other V keeps
     the default decode tile)."""
@@ -947,10 +973,7 @@ def plan_attention(
     """
     arch = arch or detect_arch(q.device)
     num_seqs = cu_seqlens_q.shape[0] - 1
-    dot_floor = 32 if any(is_fp8(t.dtype) for t in (q, k, v)) else 16
-    block_d = _next_pow2_at_least(q.shape[-1], dot_floor)
-    block_dv = _next_pow2_at_least(v.shape[-1], dot_floor)
-    element_bytes = max(t.element_size() for t in (q, k, v))
+    block_d, block_dv, element_bytes = _tile_dims(q, k, v)
     plan = functools.partial(
         _plan_launch, arch, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, alibi_slopes,
         bias, s_aux, q_descale, k_descale, v_descale, output_scale, max_seqlen_k, softmax_scale, window_left,
@@ -1107,7 +1130,7 @@ def _plan_launch(
         split_out = split_lse = q  # never dereferenced (SPLIT_KV is off)
 
     keys_rows = keys_as_rows(arch, config, q.dtype, k.dtype) and _v_as_words(v, head_dim_v)
-    q_split = keys_rows and q.dtype != k.dtype and not config.fp8_q_for_fp8_kv
+    q_split = _q_fp8_terms(arch, config, q, k, v) == 2
     quantize_q = quantizes_q(arch, config, q.dtype, k.dtype) or (keys_rows and q.dtype != k.dtype)
     scale_q = quantize_q or (q.dtype == torch.bfloat16 and is_fp8(k.dtype))
     q_compute = k.dtype if quantize_q else (torch.float16 if scale_q else q.dtype)
