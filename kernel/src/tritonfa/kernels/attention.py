@@ -92,9 +92,26 @@ def _widen_e4m3_words(words, ASM: tl.constexpr):
 
 @triton.jit
 def _load_page_rows(
-    k_ptr, v_ptr, i_block, i_k, m_k, kv_head, num_blocks, stride_k_block, stride_k_tok, stride_k_head, stride_k_dim,
-    stride_v_block, stride_v_tok, stride_v_head, HEAD_DIM: tl.constexpr, HEAD_DIM_V: tl.constexpr,
-    BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr, PAGE_SIZE: tl.constexpr, CACHE_OFFSETS_32: tl.constexpr,
+    k_ptr,
+    v_ptr,
+    i_block,
+    i_k,
+    m_k,
+    kv_head,
+    num_blocks,
+    stride_k_block,
+    stride_k_tok,
+    stride_k_head,
+    stride_k_dim,
+    stride_v_block,
+    stride_v_tok,
+    stride_v_head,
+    HEAD_DIM: tl.constexpr,
+    HEAD_DIM_V: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    BLOCK_DV: tl.constexpr,
+    PAGE_SIZE: tl.constexpr,
+    CACHE_OFFSETS_32: tl.constexpr,
 ):
     """One block of paged keys as the keys-as-rows tile reads them: K [BN, BD] as stored, V [BN, BDV / 4] as 32-bit
     words of four e4m3 values; keys outside m_k read as 0 (P = 0 times a NaN in a stale page would be NaN)."""
@@ -696,8 +713,8 @@ def attention_fwd_kernel(
             stride_v_block, stride_v_tok, stride_v_head, stride_v_dim,
             stride_bias_head, stride_bias_q, stride_bias_k,
             HEAD_DIM, HEAD_DIM_V, BLOCK_D, BLOCK_DV, BLOCK_N, part != 1, PAGED, PAGE_SIZE, CACHE_OFFSETS_32, USE_TMA,
-            V_KEY_MAJOR, V_TMA, K_ROWS, PREFETCH_BLOCK_IDS, KEYS_AS_ROWS, LOAD_AHEAD, Q_SPLIT, WIDEN_ASM, USE_WINDOW, HAS_SOFTCAP,
-            HAS_ALIBI, HAS_BIAS, QK_DTYPE,
+            V_KEY_MAJOR, V_TMA, K_ROWS, PREFETCH_BLOCK_IDS, KEYS_AS_ROWS, LOAD_AHEAD, Q_SPLIT, WIDEN_ASM, USE_WINDOW,
+            HAS_SOFTCAP, HAS_ALIBI, HAS_BIAS, QK_DTYPE,
             PV_DTYPE, V_IS_FP8, P_TILE_MAX, P_TILE_MAX_LOG2, DOT_PRECISION,
         )  # fmt: skip
 
@@ -1119,9 +1136,24 @@ def _plan_widened_hopper_prefill(
 
 
 def _plan_hopper_prefill(
-    q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, softmax_scale, causal,
-    config: AttentionConfig, q_descale, k_descale, v_descale, quantize_q, seq_filter,
-):  # fmt: skip
+    q,
+    k,
+    v,
+    out,
+    lse,
+    cu_seqlens_q,
+    cu_seqlens_k,
+    seqused_k,
+    block_table,
+    softmax_scale,
+    causal,
+    config: AttentionConfig,
+    q_descale,
+    k_descale,
+    v_descale,
+    quantize_q,
+    seq_filter,
+):
     v16_contiguous = config.ws_fp8_v16_contiguous is True or (config.ws_fp8_v16_contiguous == "causal" and causal)
     fn, grid, args, constexprs, options = attention_hopper.plan_hopper_prefill(
         q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, softmax_scale, causal, seq_filter,
