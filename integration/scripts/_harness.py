@@ -53,6 +53,22 @@ def start_worker(model_name: str) -> tuple[Path, int]:
     return model, json.loads((model / "config.json").read_text())["vocab_size"]
 
 
+def with_id_tokenizer(model: Path, vocab: int, folder: Path) -> Path:
+    """`folder` made a copy of the model's config with a tokenizer of `vocab` word tokens (id i <-> "t<i>"), for the
+    engines that cannot run with skip_tokenizer_init (vLLM 0.24's pooling runner builds its input processors from
+    the tokenizer); every id a prompt may hold is in its vocabulary. Returns `folder`."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text((model / "config.json").read_text())
+    words = Tokenizer(models.WordLevel({f"t{i}": i for i in range(vocab)}, unk_token="t0"))
+    words.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=words, unk_token="t0", bos_token="t1", eos_token="t2")
+    tokenizer.save_pretrained(str(folder))
+    return folder
+
+
 def token_prompts(vocab: int, lengths) -> list[list[int]]:
     """Random token-id prompts of these lengths (seed 0: every backend's engine gets the same ones)."""
     import numpy as np

@@ -32,9 +32,12 @@ def worker(args) -> None:
     model, vocab = h.start_worker(args.model)
     from vllm import LLM
 
+    # the pooling runner needs a tokenizer (session 22, H100: every engine stopped at start-up with
+    # skip_tokenizer_init); prompts stay token ids
+    model = h.with_id_tokenizer(model, vocab, Path(args.result).with_suffix(".model"))
     start = time.perf_counter()
     llm = LLM(
-        model=str(model), load_format="dummy", skip_tokenizer_init=True, runner="pooling", dtype="bfloat16",
+        model=str(model), load_format="dummy", runner="pooling", dtype="bfloat16",
         attention_backend=args.backend, enforce_eager=True, max_model_len=2048, max_num_batched_tokens=8192,
         max_num_seqs=16, gpu_memory_utilization=args.gpu_memory_utilization, seed=0,
     )  # fmt: skip

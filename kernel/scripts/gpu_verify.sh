@@ -20,9 +20,15 @@ for part in ${VERIFY_PARTS:-suite memcheck bench}; do
     # limit still says what failed and why; a test past SUITE_TEST_TIMEOUT seconds (default 240: a hung kernel)
     # fails alone, and the whole suite is killed after SUITE_TIMEOUT seconds (default 1200); SUITE_K: only the tests
     # pytest's -k SUITE_K selects (a part of the suite when device time is short, e.g. "fp8 or paged")
+    # workers: one per ~9 GiB of GPU memory, at most 16 (SUITE_WORKERS overrides; session 22: 16 workers on an 80 GB
+    # H100 ran out of memory in 119 tests that passed when rerun with 6)
+    mem_mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -n 1)
+    workers=${SUITE_WORKERS:-$(( mem_mib / 9216 < 16 ? mem_mib / 9216 : 16 ))}
+    [ "$workers" -ge 1 ] || workers=1
+    echo "pytest workers: $workers (GPU memory ${mem_mib} MiB)"
     TRITONFA_FAILURES_LOG="$out/failures.log" timeout -s KILL "${SUITE_TIMEOUT:-1200}" python3 -m pytest tests/kernel \
       ${SUITE_K:+-k "$SUITE_K"} \
-      --device cuda -n 16 -v --tb=short -p no:cacheprovider -rfE --timeout "${SUITE_TEST_TIMEOUT:-240}" \
+      --device cuda -n "$workers" -v --tb=short -p no:cacheprovider -rfE --timeout "${SUITE_TEST_TIMEOUT:-240}" \
       --timeout-method thread 2>&1 | tee "$out/gpu_tests.log" | grep -E "FAILED|ERROR|passed|failed" | tail -n 40
     ;;
   memcheck)

@@ -144,10 +144,6 @@ DECODE_VARIANTS = {
     # the keys-as-rows tile of configs._KEYS_AS_ROWS_DECODE (D 128: 64 keys, 2 stages, 128 registers) for the calls
     # it covers (Hopper's D 128 default since session 21: the same as "default" there)
     "keys-as-rows-tile": {"decode_keys_as_rows": "tile"},
-    # the tile with block j + 1's K/V loaded into registers before block j's work (decode_load_ahead; pipeliner off).
-    # sm_90: 176 registers unbounded; held to 168 (3 programs per SM) 2 spilled words, to 128 (4 per SM) 95
-    "keys-as-rows-ahead-r168": {"decode_keys_as_rows": "tile", "decode_load_ahead": True, "max_registers": 168},
-    "keys-as-rows-ahead-r128": {"decode_keys_as_rows": "tile", "decode_load_ahead": True},
 }
 # With decode_keys_as_rows="tile" (Hopper's D 128 decode default) an e4m3-K call runs the keys-as-rows tile and an
 # override applies on top of that tile. So each variant keeps the meaning it was measured with: those of

@@ -140,3 +140,22 @@ def test_encoder_check_verdict_and_model():
     config = json.loads((SCRIPTS / "models" / enc.MODEL / "config.json").read_text())
     assert config["is_causal"] is False and config["architectures"] == ["LlamaBidirectionalModel"]
     assert config["pooling"] == "avg"  # vLLM's LlamaBidirectionalConfig requires it (mean pooling: every position)
+
+
+def test_encoder_model_gets_an_id_tokenizer(tmp_path):
+    """The pooling runner's engine needs a tokenizer: the helper's covers every token id of the model's vocabulary
+    (vLLM rejects a prompt id past the tokenizer's largest) and keeps the model's config."""
+    pytest.importorskip("transformers")
+    h = script("_harness")
+    model = SCRIPTS / "models" / "llama-bidir-h64"
+    vocab = json.loads((model / "config.json").read_text())["vocab_size"]
+    folder = h.with_id_tokenizer(model, vocab, tmp_path / "m")
+    assert json.loads((folder / "config.json").read_text()) == json.loads((model / "config.json").read_text())
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(folder))
+    assert len(tokenizer) == vocab and max(tokenizer.get_vocab().values()) == vocab - 1
+    assert tokenizer.convert_ids_to_tokens([5, vocab - 1]) == ["t5", f"t{vocab - 1}"]
+    assert tokenizer("t7 t31999", add_special_tokens=False).input_ids == [7, 31999]
+    prompts = h.token_prompts(vocab, [300])
+    assert max(prompts[0]) < vocab

@@ -309,34 +309,6 @@ def test_decode_keys_as_rows_in_64_key_blocks(monkeypatch, tile):
         check_low_precision(inputs, causal=True, **kwargs)
 
 
-@pytest.mark.skipif(ON_GPU and torch.cuda.get_device_capability()[0] != 9, reason="forces Hopper's code path")
-@pytest.mark.parametrize("max_registers", [0, 168])
-def test_decode_load_ahead(monkeypatch, max_registers):
-    """Opt-in `decode_load_ahead`: the paged keys-as-rows tile loads block j + 1's K/V (and ids two blocks ahead)
-    before block j's work; the last block's look-ahead is masked (NaN page slots past every context, contexts shorter
-    than a block and empty ones, q-len 4, splits whose ranges end inside a block, a window, softcap)."""
-    monkeypatch.setenv("TRITONFA_ARCH", "hopper")
-    config = {"warp_specialized": False, "decode_keys_as_rows": "tile", "decode_load_ahead": True,
-              "max_registers": max_registers}  # fmt: skip
-    monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": config}))
-    seqlens_q = [1, 4, 1, 1, 2]
-    seqlens_k = [scaled(300, 2100), scaled(65, 700), 63, 0, 128]
-    inputs = make_inputs(seqlens_q, seqlens_k, num_heads=(8, 2), head_size=128, kv_dtype=torch.float8_e4m3fn,
-                         kv_layout="paged")  # fmt: skip
-    decode = _plan(inputs, "hopper")[0]
-    c = decode.constexprs
-    assert c["KEYS_AS_ROWS"] and c["LOAD_AHEAD"] and decode.options["num_stages"] == 1
-    assert keys_as_rows_q_terms(inputs) == 2
-    for kwargs in ({}, {"num_splits": 3}, {"window_size": (70, 0)}, {"softcap": 30.0}):
-        check_low_precision(inputs, causal=True, **kwargs)
-    # contiguous K/V and 16-bit caches keep their own loads
-    contiguous = make_inputs(seqlens_q, seqlens_k, num_heads=(8, 2), head_size=128, kv_dtype=torch.float8_e4m3fn,
-                             kv_layout="contiguous")  # fmt: skip
-    assert not _plan(contiguous, "hopper")[0].constexprs["LOAD_AHEAD"]
-    sixteen = make_inputs(seqlens_q, seqlens_k, num_heads=(8, 2), head_size=128, kv_layout="paged")
-    assert not _plan(sixteen, "hopper")[0].constexprs["LOAD_AHEAD"]
-
-
 def test_keys_as_rows_tile_is_hoppers_default_at_head_size_128():
     """The tile won every round on the H200 (session 21, kernel/PERF_NOTES.md) and passed its GPU suite: Hopper's
     decode config at head sizes that pad to 128 hands it the calls it covers; other rows keep their own tiles."""

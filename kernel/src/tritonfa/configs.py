@@ -54,9 +54,6 @@ class AttentionConfig:
     # tile for the head size and the call has a bf16 or fp8 q (an fp16 q keeps its exact fp16 dot), that tile runs
     # it; other calls keep this config's tile with the setting off
     decode_keys_as_rows: bool | str = False
-    # with a paged keys-as-rows tile: the kernel loads block j + 1's K/V into registers before block j's work (page
-    # ids two blocks ahead) and Triton's pipeliner is off for it (num_stages 1). Opt-in until measured
-    decode_load_ahead: bool = False
     # Hopper prefill: calls the warp-specialized Gluon kernel covers (kernels/attention_hopper.py) go there
     warp_specialized: bool = False
     ws_pingpong: bool = True  # with warp_specialized: the two consumer warpgroups alternate their matmuls (FA3)

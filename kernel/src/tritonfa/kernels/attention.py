@@ -91,57 +91,6 @@ def _widen_e4m3_words(words, ASM: tl.constexpr):
 
 
 @triton.jit
-def _load_page_rows(
-    k_ptr,
-    v_ptr,
-    i_block,
-    i_k,
-    m_k,
-    kv_head,
-    num_blocks,
-    stride_k_block,
-    stride_k_tok,
-    stride_k_head,
-    stride_k_dim,
-    stride_v_block,
-    stride_v_tok,
-    stride_v_head,
-    HEAD_DIM: tl.constexpr,
-    HEAD_DIM_V: tl.constexpr,
-    BLOCK_D: tl.constexpr,
-    BLOCK_DV: tl.constexpr,
-    PAGE_SIZE: tl.constexpr,
-    CACHE_OFFSETS_32: tl.constexpr,
-):
-    """One block of paged keys as the keys-as-rows tile reads them: K [BN, BD] as stored, V [BN, BDV / 4] as 32-bit
-    words of four e4m3 values; keys outside m_k read as 0 (P = 0 times a NaN in a stale page would be NaN)."""
-    o_d = tl.arange(0, BLOCK_D)
-    o_w = tl.arange(0, BLOCK_DV // 4)
-    # an out-of-range block id (a scheduler bug) must not make the kernel read outside the cache: one unsigned min
-    last_block = (num_blocks - 1).to(tl.uint32)
-    i_block = tl.minimum(i_block.to(tl.uint32, bitcast=True), last_block).to(tl.int32, bitcast=True)
-    i_in_block = i_k % PAGE_SIZE
-    if not CACHE_OFFSETS_32:
-        i_block = i_block.to(tl.int64)
-        i_in_block = i_in_block.to(tl.int64)
-    o_k_row = i_block * stride_k_block + i_in_block * stride_k_tok
-    o_v_row = i_block * stride_v_block + i_in_block * stride_v_tok
-    p_k = k_ptr + kv_head * stride_k_head + o_k_row[:, None] + o_d[None, :] * stride_k_dim  # [BN, BD]
-    p_vw = (v_ptr + kv_head * stride_v_head + o_v_row[:, None]).to(tl.pointer_type(tl.int32), bitcast=True)
-    p_vw = p_vw + o_w[None, :]  # [BN, BDV / 4]
-    # masks that are constant along a row keep the loads 16 bytes wide
-    if BLOCK_D == HEAD_DIM:
-        b_k = tl.load(p_k, mask=m_k[:, None], other=0.0)
-    else:
-        b_k = tl.load(p_k, mask=m_k[:, None] & (o_d < HEAD_DIM)[None, :], other=0.0)
-    if BLOCK_DV == HEAD_DIM_V:
-        b_vw = tl.load(p_vw, mask=m_k[:, None], other=0)
-    else:
-        b_vw = tl.load(p_vw, mask=m_k[:, None] & (o_w * 4 < HEAD_DIM_V)[None, :], other=0)
-    return b_k, b_vw
-
-
-@triton.jit
 def _attend_kv_range(
     acc,
     l_i,
@@ -197,7 +146,6 @@ def _attend_kv_range(
     K_ROWS: tl.constexpr,
     PREFETCH_BLOCK_IDS: tl.constexpr,
     KEYS_AS_ROWS: tl.constexpr,
-    LOAD_AHEAD: tl.constexpr,
     Q_SPLIT: tl.constexpr,
     WIDEN_ASM: tl.constexpr,
     USE_WINDOW: tl.constexpr,
@@ -228,21 +176,7 @@ def _attend_kv_range(
         # O^T = V^T P^T: the key-wide side of P@V is a wgmma too (V widened into shared memory once per block; an
         # mma.sync reads fp8 V from shared memory a byte at a time)
         acc_t = tl.trans(acc)  # [BDV, BM]
-    if LOAD_AHEAD:
-        # Paged keys-as-rows tile: block j + 1's K/V go into registers before block j's work and its page ids two
-        # blocks ahead, so a block's loads overlap the previous block's dots and softmax (Triton's pipeliner issues
-        # them at the end of the previous iteration and waits at the top: nothing overlaps within a program)
-        i_k_first = kv_start + tl.arange(0, BLOCK_N)
-        m_k_first = i_k_first < kv_end
-        i_block_first = tl.load(block_table_ptr + i_k_first // PAGE_SIZE, mask=m_k_first, other=0)
-        b_k_ahead, b_vw_ahead = _load_page_rows(
-            k_ptr, v_ptr, i_block_first, i_k_first, m_k_first, kv_head, num_blocks, stride_k_block, stride_k_tok,
-            stride_k_head, stride_k_dim, stride_v_block, stride_v_tok, stride_v_head, HEAD_DIM, HEAD_DIM_V, BLOCK_D,
-            BLOCK_DV, PAGE_SIZE, CACHE_OFFSETS_32,
-        )  # fmt: skip
-        i_k_second = i_k_first + BLOCK_N
-        i_block_next = tl.load(block_table_ptr + i_k_second // PAGE_SIZE, mask=i_k_second < kv_end, other=0)
-    elif PREFETCH_BLOCK_IDS:
+    if PREFETCH_BLOCK_IDS:
         i_k_first = kv_start + tl.arange(0, BLOCK_N)
         i_block_next = tl.load(block_table_ptr + i_k_first // PAGE_SIZE, mask=i_k_first < seq_k_len, other=0)
     for start in range(kv_start, kv_end, BLOCK_N):
@@ -250,19 +184,7 @@ def _attend_kv_range(
         m_k = i_k < seq_k_len
         if V_TMA and V_KEY_MAJOR:
             m_k = m_k & (i_k >= 0)  # the key grid starts up to 15 keys before the sequence (see the kernel)
-        if LOAD_AHEAD:
-            b_k = b_k_ahead
-            b_vw = b_vw_ahead
-            i_k_ahead = i_k + BLOCK_N
-            b_k_ahead, b_vw_ahead = _load_page_rows(
-                k_ptr, v_ptr, i_block_next, i_k_ahead, i_k_ahead < kv_end, kv_head, num_blocks, stride_k_block,
-                stride_k_tok, stride_k_head, stride_k_dim, stride_v_block, stride_v_tok, stride_v_head, HEAD_DIM,
-                HEAD_DIM_V, BLOCK_D, BLOCK_DV, PAGE_SIZE, CACHE_OFFSETS_32,
-            )  # fmt: skip
-            i_k_ahead2 = i_k_ahead + BLOCK_N
-            i_block_next = tl.load(block_table_ptr + i_k_ahead2 // PAGE_SIZE, mask=i_k_ahead2 < kv_end, other=0)
-            b_v = _widen_e4m3_words(b_vw, WIDEN_ASM)  # [BN, BDV] fp16
-        elif PREFETCH_BLOCK_IDS:
+        if PREFETCH_BLOCK_IDS:
             i_block = i_block_next
             i_k_ahead = i_k + BLOCK_N
             i_block_next = tl.load(block_table_ptr + i_k_ahead // PAGE_SIZE, mask=i_k_ahead < seq_k_len, other=0)
@@ -280,9 +202,7 @@ def _attend_kv_range(
             else:
                 i_k_tma_row = seq_k_start + start
                 i_v_tma_row = i_k_tma_row
-        if LOAD_AHEAD:
-            pass  # K and V came in the previous iteration
-        elif PAGED and not USE_TMA:
+        if PAGED and not USE_TMA:
             # An out-of-range block id (a scheduler bug) must not make the kernel read outside the cache. One unsigned
             # min clamps both ends (a negative id is a huge unsigned one): half the cost of min(max()) per key.
             last_block = (num_blocks - 1).to(tl.uint32)
@@ -298,9 +218,7 @@ def _attend_kv_range(
             i_row = (seq_k_start + i_k).to(tl.int64)
             o_k_row = i_row * stride_k_tok
             o_v_row = i_row * stride_v_tok
-        if LOAD_AHEAD:
-            pass
-        elif USE_TMA:
+        if USE_TMA:
             # Tensor descriptors (TMA on Hopper): rows past the tensor read as 0; rows of the next sequence or past
             # the sequence's end in its last page are masked.
             b_k = k_desc.load([i_k_tma_row, kv_head * HEAD_DIM])  # [BN, BD]
@@ -326,9 +244,7 @@ def _attend_kv_range(
                 b_k = tl.load(p_k)  # interior blocks: every key exists
             else:
                 b_k = tl.load(p_k, mask=m_d[:, None], other=0.0)  # head dims padded to a power of two
-        if LOAD_AHEAD:
-            pass
-        elif V_TMA:
+        if V_TMA:
             if V_KEY_MAJOR:
                 # key-major storage [Hk * Dv, keys]: the transposed view is the K-major operand fp8 wgmma reads
                 b_v = v_desc.load([kv_head * HEAD_DIM_V, i_v_tma_row]).T  # [BN, BDV]
@@ -538,7 +454,6 @@ def attention_fwd_kernel(
     # Hopper decode tiles with fp8 K: QK as K q^T (an fp8 wgmma over the keys) and P@V as V^T P^T, V's rows loaded as
     # 32-bit words and widened four values at a time
     KEYS_AS_ROWS: tl.constexpr,
-    LOAD_AHEAD: tl.constexpr,  # KEYS_AS_ROWS, paged: the next block's K/V loaded into registers a block ahead
     Q_SPLIT: tl.constexpr,  # SCALE_Q into fp8: q as two fp8 terms, hi + the rest (KEYS_AS_ROWS only)
     WIDEN_ASM: tl.constexpr,  # KEYS_AS_ROWS: widen with PTX (off in the interpreter)
     HAS_SEQUSED: tl.constexpr,
@@ -713,8 +628,8 @@ def attention_fwd_kernel(
             stride_v_block, stride_v_tok, stride_v_head, stride_v_dim,
             stride_bias_head, stride_bias_q, stride_bias_k,
             HEAD_DIM, HEAD_DIM_V, BLOCK_D, BLOCK_DV, BLOCK_N, part != 1, PAGED, PAGE_SIZE, CACHE_OFFSETS_32, USE_TMA,
-            V_KEY_MAJOR, V_TMA, K_ROWS, PREFETCH_BLOCK_IDS, KEYS_AS_ROWS, LOAD_AHEAD, Q_SPLIT, WIDEN_ASM, USE_WINDOW,
-            HAS_SOFTCAP, HAS_ALIBI, HAS_BIAS, QK_DTYPE,
+            V_KEY_MAJOR, V_TMA, K_ROWS, PREFETCH_BLOCK_IDS, KEYS_AS_ROWS, Q_SPLIT, WIDEN_ASM, USE_WINDOW, HAS_SOFTCAP,
+            HAS_ALIBI, HAS_BIAS, QK_DTYPE,
             PV_DTYPE, V_IS_FP8, P_TILE_MAX, P_TILE_MAX_LOG2, DOT_PRECISION,
         )  # fmt: skip
 
@@ -1136,24 +1051,9 @@ def _plan_widened_hopper_prefill(
 
 
 def _plan_hopper_prefill(
-    q,
-    k,
-    v,
-    out,
-    lse,
-    cu_seqlens_q,
-    cu_seqlens_k,
-    seqused_k,
-    block_table,
-    softmax_scale,
-    causal,
-    config: AttentionConfig,
-    q_descale,
-    k_descale,
-    v_descale,
-    quantize_q,
-    seq_filter,
-):
+    q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, softmax_scale, causal,
+    config: AttentionConfig, q_descale, k_descale, v_descale, quantize_q, seq_filter,
+):  # fmt: skip
     v16_contiguous = config.ws_fp8_v16_contiguous is True or (config.ws_fp8_v16_contiguous == "causal" and causal)
     fn, grid, args, constexprs, options = attention_hopper.plan_hopper_prefill(
         q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, softmax_scale, causal, seq_filter,
@@ -1245,7 +1145,6 @@ def _plan_launch(
         v = v_storage[:, :, : v.shape[0]].permute(2, 0, 1)  # the same [total_k, Hk, Dv] tensor, keys contiguous
     k_desc, v_desc = _tensor_descriptors(config, arch, k, v, v_storage, paged, config.block_n, block_d, block_dv)
     use_tma = k_desc is not None
-    load_ahead = config.decode_load_ahead and keys_rows and paged and not use_tma
     v_tma = v_desc is not None
     if not use_tma:
         k_desc = k  # never dereferenced (USE_TMA is off)
@@ -1336,7 +1235,6 @@ def _plan_launch(
             or (config.decode_prefetch_ids == "fp8" and k.element_size() == 1)
         ),
         KEYS_AS_ROWS=keys_rows,
-        LOAD_AHEAD=load_ahead,
         Q_SPLIT=q_split,
         WIDEN_ASM=not triton.knobs.runtime.interpret,  # the interpreter runs no PTX
         HAS_SEQUSED=seqused_k is not None,
@@ -1365,10 +1263,7 @@ def _plan_launch(
         TILES_PER_SEQ=tiles_per_seq,
         DECODE_MAX_Q=DECODE_MAX_SEQLEN_Q,
     )  # fmt: skip
-    options = config.launch_options(arch)
-    if load_ahead:
-        options["num_stages"] = 1  # the kernel places its own loads a block ahead
-    launches = [KernelLaunch(attention_fwd_kernel, grid, args, constexprs, options)]
+    launches = [KernelLaunch(attention_fwd_kernel, grid, args, constexprs, config.launch_options(arch))]
     if split_kv:
         combine_args = (
             split_out, split_lse, out,
