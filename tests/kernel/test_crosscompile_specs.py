@@ -19,7 +19,7 @@ import sys
 from triton.runtime.jit import JITFunction
 import crosscompile
 import tritonfa.kernels as kernels
-from tritonfa.kernels import attention, attention_hopper
+from tritonfa.kernels import attention, attention_hopper, attention_hopper_decode
 
 arch = crosscompile.TARGETS[sys.argv[1]][4]
 specs = kernels.cross_compile_specs(arch)
@@ -29,7 +29,8 @@ for spec in specs:
     else:
         crosscompile._normalize(spec)  # raises on a missing argument or constexpr value
 launched = {id(spec["fn"]) for spec in specs}
-modules = [attention] + ([attention_hopper] if arch == "hopper" and attention_hopper.HAS_GLUON else [])
+gluon = [attention_hopper, attention_hopper_decode] if arch == "hopper" and attention_hopper.HAS_GLUON else []
+modules = [attention] + gluon
 jit = [(m, n) for m in modules for n, obj in vars(m).items() if isinstance(obj, JITFunction) and n.endswith("_kernel")]
 assert jit, "no kernels found"
 missing = [n for m, n in jit if id(getattr(m, n)) not in launched]

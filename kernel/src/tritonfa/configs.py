@@ -54,6 +54,11 @@ class AttentionConfig:
     # tile for the head size and the call has a bf16 or fp8 q (an fp16 q keeps its exact fp16 dot), that tile runs
     # it; other calls keep this config's tile with the setting off
     decode_keys_as_rows: bool | str = False
+    # Hopper decode: fp8-KV paged decode calls the Gluon decode kernel covers (kernels/attention_hopper_decode.py: a
+    # producer warp keeps decode_gluon_stages 64-key blocks of K/V in flight through TMA) go there. Opt-in until
+    # measured
+    decode_gluon: bool = False
+    decode_gluon_stages: int = 2
     # Hopper prefill: calls the warp-specialized Gluon kernel covers (kernels/attention_hopper.py) go there
     warp_specialized: bool = False
     ws_pingpong: bool = True  # with warp_specialized: the two consumer warpgroups alternate their matmuls (FA3)

@@ -18,7 +18,7 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 
 from tritonfa.configs import all_configs
 from tritonfa.fp8 import default_fp8_dtype
-from tritonfa.kernels import attention_hopper
+from tritonfa.kernels import attention_hopper, attention_hopper_decode
 from tritonfa.kernels.attention import _TORCH_TO_TL, KernelLaunch, plan_attention
 
 _SCALAR_FLOATS = ("softmax_scale", "softcap")
@@ -215,7 +215,29 @@ def cross_compile_specs(arch: str) -> list[dict[str, Any]]:
             )
     if arch == "hopper" and attention_hopper.HAS_GLUON:
         specs.update({spec["name"]: spec for spec in _hopper_prefill_specs()})
+        specs.update({spec["name"]: spec for spec in _hopper_decode_specs()})
     return list(specs.values())
+
+
+def _hopper_decode_specs() -> list[dict[str, Any]]:
+    """The Gluon fp8-KV decode (config `decode_gluon`): ring depths 2 / 3 / 4 with 16-key pages, pages of 64 and
+    256 keys, with and without lse, K lengths from seqused_k (causal) or cu_seqlens_k (not causal)."""
+    specs = []
+    for stages, page_size, with_lse, seqused in ((2, 16, True, True), (3, 16, False, True), (4, 16, True, False),
+                                                 (2, 64, False, True), (2, 256, True, True)):  # fmt: skip
+        inputs = _meta_inputs("hopper", torch.bfloat16, torch.float8_e4m3fn, 128, paged=True, decode=True,
+                              features=False, page_size=page_size)  # fmt: skip
+        lse = torch.empty(inputs["q"].shape[1::-1], dtype=torch.float32, device="meta") if with_lse else None
+        cu_seqlens_k = None if seqused else inputs["cu_seqlens_q"]
+        fn, _, args, constexprs, options = attention_hopper_decode.plan_hopper_decode(
+            inputs["q"], inputs["k"], inputs["v"], inputs["out"], lse, inputs["cu_seqlens_q"], cu_seqlens_k,
+            inputs["seqused_k"] if seqused else None, inputs["block_table"], 0.125, seqused, inputs["k_descale"],
+            inputs["v_descale"], stages,
+        )  # fmt: skip
+        name = (f"{fn.__name__}[hopper d128 FP8_KV STAGES={stages} PAGE_SIZE={page_size} RETURN_LSE={with_lse} "
+                f"HAS_SEQUSED={seqused} CAUSAL={seqused}]")  # fmt: skip
+        specs.append(dict(name=name, fn=fn, bound_args=args, constexprs=constexprs, options=options, gluon=True))
+    return specs
 
 
 def _plan_with_override(override: str, **inputs) -> list[KernelLaunch]:

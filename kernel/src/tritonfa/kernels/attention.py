@@ -40,7 +40,7 @@ from tritonfa.configs import (
     select_keys_as_rows_config,
 )
 from tritonfa.fp8 import FP8_DTYPES, OCP_FP8_DTYPES, descale_strides, fp8_max, is_fp8
-from tritonfa.kernels import attention_hopper, plan_cache, widen_kv
+from tritonfa.kernels import attention_hopper, attention_hopper_decode, plan_cache, widen_kv
 from tritonfa.kernels.launch import launch
 
 LOG2E = tl.constexpr(1.4426950408889634)
@@ -875,7 +875,10 @@ def decode_q_fp8_terms(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, arch: 
     fp8 QK dots with it)."""
     arch = arch or detect_arch(q.device)
     block_d, block_dv, element_bytes = _tile_dims(q, k, v)
-    return _q_fp8_terms(arch, _decode_config(arch, q, k, v, max(block_d, block_dv), element_bytes), q, k, v)
+    config = _decode_config(arch, q, k, v, max(block_d, block_dv), element_bytes)
+    if arch == "hopper" and config.decode_gluon and q.dtype == torch.bfloat16 and k.dtype in OCP_FP8_DTYPES:
+        return 2  # the Gluon decode (where it covers the call) splits a bf16 q into two e4m3 terms too
+    return _q_fp8_terms(arch, config, q, k, v)
 
 
 def _tile_dims(q, k, v) -> tuple[int, int, int]:
@@ -981,6 +984,13 @@ def plan_attention(
     )  # fmt: skip
     decode_config = _decode_config(arch, q, k, v, max(block_d, block_dv), element_bytes)
     if max_seqlen_q <= DECODE_MAX_SEQLEN_Q:
+        fast_decode = _plan_hopper_decode(
+            arch, decode_config, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, alibi_slopes,
+            bias, s_aux, q_descale, k_descale, v_descale, output_scale, max_seqlen_q, max_seqlen_k, softmax_scale,
+            window_left, window_right, softcap, num_splits,
+        )  # fmt: skip
+        if fast_decode is not None:
+            return [fast_decode]
         return plan(decode_config, seq_filter=0, num_splits=num_splits)
     prefill_config = select_config(arch, max(block_d, block_dv), max_seqlen_q, element_bytes)
     # Gluon does not run in Triton's interpreter (CPU tensors); meta tensors: CI's cross-compile plans it
@@ -1048,6 +1058,35 @@ def _plan_widened_hopper_prefill(
         q_descale, k_descale, v_descale, False, seq_filter=0 if num_seqs == 1 else 1,
     )  # fmt: skip
     return [KernelLaunch(*widen), fast]
+
+
+def _plan_hopper_decode(
+    arch, config: AttentionConfig, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table,
+    alibi_slopes, bias, s_aux, q_descale, k_descale, v_descale, output_scale, max_seqlen_q, max_seqlen_k,
+    softmax_scale, window_left, window_right, softcap, num_splits,
+) -> KernelLaunch | None:  # fmt: skip
+    """The Gluon fp8-KV decode launch (config `decode_gluon`) where it covers the call, else None. It has no KV
+    split: a call the portable kernel would split (few sequences x KV heads, long contexts) stays there."""
+    if not (arch == "hopper" and config.decode_gluon and q.device.type in ("cuda", "meta")):
+        return None
+    features = dict(
+        alibi=alibi_slopes is not None, bias=bias is not None, sinks=s_aux is not None,
+        q_descale=q_descale is not None, k_descale=k_descale is not None, v_descale=v_descale is not None,
+        output_scale=output_scale is not None, softcap=softcap > 0.0, window=window_left >= 0 or window_right > 0,
+    )  # fmt: skip
+    page_size = k.shape[1] if block_table is not None else 0
+    if not attention_hopper_decode.supports(q, k, v, out, block_table, max_seqlen_q, features, page_size):
+        return None
+    num_seqs, num_kv_heads = cu_seqlens_q.shape[0] - 1, k.shape[-2]
+    splits = num_splits or _auto_num_splits(q.device, num_seqs * num_kv_heads, max_seqlen_k, config.block_n)
+    if splits != 1:
+        return None
+    return KernelLaunch(
+        *attention_hopper_decode.plan_hopper_decode(
+            q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, softmax_scale, window_right == 0,
+            k_descale, v_descale, config.decode_gluon_stages,
+        )
+    )  # fmt: skip
 
 
 def _plan_hopper_prefill(

@@ -1,0 +1,359 @@
+"""Hopper fast path for fp8-KV paged decode in Gluon: a producer warp keeps a ring of K/V blocks in flight.
+
+Why: the portable keys-as-rows tile (attention.py) issues a block's copies at the end of the previous iteration and
+waits for them at the top of the next, so inside a program nothing overlaps a block's loads (ncu, H100: the K/V wait
+is 46% of its stall cycles, DRAM 73%); holding the next block in registers instead cost occupancy (session 22). Here
+the copies live in shared memory: a 1-warp producer issues TMA boxes (one per page run) for up to STAGES blocks
+ahead, whatever the consumer is doing.
+
+Scope (`supports`): a bf16 q, e4m3 K/V in vLLM's paged layout that `paged_tma_view` describes, D 128 for q, K and V,
+pages of >= 16 keys, decode rows (q-len x group <= 16 per sequence), causal (bottom-right) or not, optional K/V
+descales, optional lse; no window,
+softcap, ALiBi, bias, sinks, q descale or output scale, no split-KV. Everything else stays on the portable kernel,
+which is also this kernel's CPU/ROCm twin (Gluon does not run in Triton's interpreter).
+
+Per program (one sequence x one KV head; the group's q heads x q-len are the 16 rows):
+- producer warp: page ids one block ahead, then per 64-key block the K and V boxes of its pages into ring slot
+  j % STAGES, each slot's ready barrier armed with its byte count; waits for a slot the consumer handed back;
+- consumer warpgroup: q split into two e4m3 terms (hi + the rest: a bf16 q exactly), per row scaled by a power of
+  two; S^T = K q^T as two fp8 wgmmas (the keys are the MMA's 64 rows, K read from the slot as stored); the softmax
+  over the keys; P into shared memory as fp16; V widened fp8 -> fp16 in registers and transposed into the A operand
+  of O^T += V^T P^T (a 16-bit wgmma); the slot handed back once V is read.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+import triton
+
+from tritonfa.fp8 import descale_strides
+from tritonfa.kernels import attention_hopper
+
+HAS_GLUON = attention_hopper.HAS_GLUON
+if HAS_GLUON:
+    from triton.experimental import gluon
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.language.nvidia.hopper import (
+        fence_async_shared,
+        mbarrier,
+        warpgroup_mma,
+        warpgroup_mma_wait,
+    )
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor as GluonTensorDescriptor
+
+    from tritonfa.kernels.attention_hopper import _page_block_id, _page_boxes, _thread_barrier
+
+FP8_E4M3 = getattr(torch, "float8_e4m3fn", None)
+BLOCK_M = 16  # rows: the group's q heads x q-len (the N side of every wgmma)
+BLOCK_N = 64  # keys per block (the M side of the QK wgmma)
+HEAD_DIM = 128
+NUM_WARPS = 4  # the consumer warpgroup; the producer is one more warp
+LAUNCH_REGS = 64
+
+
+def supports(q, k, v, out, block_table, max_seqlen_q: int, features: dict, page_size: int) -> bool:
+    """Whether this kernel covers the call (see the module docstring); the launcher falls back otherwise."""
+    num_q_heads, num_kv_heads = q.shape[1], k.shape[2]
+    return (
+        HAS_GLUON
+        and block_table is not None
+        and q.dtype == torch.bfloat16
+        and FP8_E4M3 is not None
+        and k.dtype == FP8_E4M3
+        and v.dtype == FP8_E4M3
+        and q.shape[-1] == k.shape[-1] == v.shape[-1] == HEAD_DIM
+        and out.shape[-1] == HEAD_DIM
+        and out.dtype in (torch.float16, torch.bfloat16)
+        and q.stride(-1) == 1
+        and out.stride(-1) == 1
+        and page_size >= 16
+        and (page_size % BLOCK_N == 0 or BLOCK_N % page_size == 0)
+        and num_q_heads % num_kv_heads == 0
+        and max(max_seqlen_q, 1) * (num_q_heads // num_kv_heads) <= BLOCK_M
+        and not any(on for name, on in features.items() if name not in ("k_descale", "v_descale"))
+        and attention_hopper.paged_tma_view(k) is not None
+        and attention_hopper.paged_tma_view(v) is not None
+    )
+
+
+if HAS_GLUON:
+    LOG2E = gl.constexpr(1.4426950408889634)
+    E4M3_MAX = gl.constexpr(448.0)
+    PRODUCER_REGS = gl.constexpr(24)  # setmaxnreg of the producer warp: ids and box coordinates
+
+    @gluon.jit
+    def _decode_producer(k_desc, v_desc, k_bufs, v_bufs, ready, empty, block_table_ptr, stride_bt_seq,
+                         num_cache_blocks, max_blocks, seqused_k_ptr, cu_seqlens_k_ptr, k_rows_per_block,
+                         k_rows_per_head, k_cols_per_head, v_rows_per_block, v_rows_per_head, v_cols_per_head,
+                         PAGE_SIZE: gl.constexpr, HAS_SEQUSED: gl.constexpr):  # fmt: skip
+        STAGES: gl.constexpr = k_bufs.type.shape[0]
+        BLOCK_N: gl.constexpr = k_bufs.type.shape[1]
+        CHUNK: gl.constexpr = k_desc.block_type.shape[0]  # keys per box: min(PAGE_SIZE, BLOCK_N)
+        CHUNKS: gl.constexpr = BLOCK_N // CHUNK
+        seq = gl.program_id(0)
+        kv_head = gl.program_id(1)
+        seq_k_len = _seq_k_len(seq, seqused_k_ptr, cu_seqlens_k_ptr, max_blocks, PAGE_SIZE, HAS_SEQUSED)
+        num_blocks = gl.cdiv(seq_k_len, BLOCK_N)
+        table_row = block_table_ptr + seq.to(gl.int64) * stride_bt_seq
+        ids_layout: gl.constexpr = gl.BlockedLayout([CHUNKS], [32], [1], [0])
+        o_chunk = gl.arange(0, CHUNKS, layout=ids_layout)
+        # block j + 1's page ids load while block j's boxes are issued
+        next_ids = _page_block_id(table_row, o_chunk * CHUNK // PAGE_SIZE, max_blocks, num_cache_blocks)
+        for j in range(num_blocks):
+            s = j % STAGES
+            ids = next_ids.to(gl.int32)
+            next_ids = _page_block_id(table_row, ((j + 1) * BLOCK_N + o_chunk * CHUNK) // PAGE_SIZE, max_blocks,
+                                      num_cache_blocks)  # fmt: skip
+            # a fresh barrier's phase "1" counts as complete: the first round does not wait
+            mbarrier.wait(empty.index(s), ((j // STAGES) & 1) ^ 1)
+            _page_boxes(k_desc, ready.index(2 * s), k_bufs.index(s), ids, o_chunk, j * BLOCK_N, k_rows_per_block,
+                        kv_head * k_rows_per_head, kv_head * k_cols_per_head, PAGE_SIZE)  # fmt: skip
+            _page_boxes(v_desc, ready.index(2 * s + 1), v_bufs.index(s), ids, o_chunk, j * BLOCK_N, v_rows_per_block,
+                        kv_head * v_rows_per_head, kv_head * v_cols_per_head, PAGE_SIZE)  # fmt: skip
+
+    @gluon.jit
+    def _seq_k_len(seq, seqused_k_ptr, cu_seqlens_k_ptr, max_blocks, PAGE_SIZE: gl.constexpr,
+                   HAS_SEQUSED: gl.constexpr):  # fmt: skip
+        if HAS_SEQUSED:
+            seq_k_len = gl.load(seqused_k_ptr + seq)
+        else:
+            seq_k_len = gl.load(cu_seqlens_k_ptr + seq + 1) - gl.load(cu_seqlens_k_ptr + seq)
+        return gl.minimum(gl.maximum(seq_k_len, 0), max_blocks * PAGE_SIZE)  # keys the block table can address
+
+    @gluon.jit
+    def _decode_consumer(k_bufs, v_bufs, q_hi_smem, q_lo_smem, p_smem, ready, empty, q_ptr, out_ptr, lse_ptr,
+                         cu_seqlens_q_ptr, seqused_k_ptr, cu_seqlens_k_ptr, k_descale_ptr, v_descale_ptr,
+                         softmax_scale, max_blocks, total_q, stride_q_tok, stride_q_head, stride_o_tok, stride_o_head,
+                         stride_lse_head, stride_kdesc_seq, stride_kdesc_head, stride_vdesc_seq, stride_vdesc_head,
+                         GROUP: gl.constexpr, PAGE_SIZE: gl.constexpr, HAS_SEQUSED: gl.constexpr,
+                         HAS_K_DESCALE: gl.constexpr, HAS_V_DESCALE: gl.constexpr, RETURN_LSE: gl.constexpr,
+                         CAUSAL: gl.constexpr, num_warps: gl.constexpr):  # fmt: skip
+        STAGES: gl.constexpr = k_bufs.type.shape[0]
+        BLOCK_N: gl.constexpr = k_bufs.type.shape[1]
+        HEAD_DIM: gl.constexpr = k_bufs.type.shape[2]
+        BLOCK_M: gl.constexpr = q_hi_smem.type.shape[0]
+        seq = gl.program_id(0)
+        kv_head = gl.program_id(1)
+        seq_k_len = _seq_k_len(seq, seqused_k_ptr, cu_seqlens_k_ptr, max_blocks, PAGE_SIZE, HAS_SEQUSED)
+        num_blocks = gl.cdiv(seq_k_len, BLOCK_N)
+        seq_q_start = gl.load(cu_seqlens_q_ptr + seq)
+        seq_q_len = gl.load(cu_seqlens_q_ptr + seq + 1) - seq_q_start
+
+        # S^T [keys, rows] (fp8 wgmma, K = 32) and O^T [D, rows] (16-bit wgmma, K = 16)
+        s_layout: gl.constexpr = gl.NVMMADistributedLayout(
+            version=[3, 0], warps_per_cta=[num_warps, 1], instr_shape=[16, BLOCK_M, 32]
+        )
+        o_layout: gl.constexpr = gl.NVMMADistributedLayout(
+            version=[3, 0], warps_per_cta=[num_warps, 1], instr_shape=[16, BLOCK_M, 16]
+        )
+        v_op_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+        col_layout: gl.constexpr = gl.SliceLayout(0, s_layout)  # one value per row of q (a column of S^T)
+        key_layout: gl.constexpr = gl.SliceLayout(1, s_layout)
+
+        # q rows: row r is token r // GROUP of the sequence, q head kv_head * GROUP + r % GROUP
+        q_layout: gl.constexpr = gl.BlockedLayout([1, 8], [2, 16], [num_warps, 1], [1, 0])
+        o_row = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, q_layout))
+        o_d = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, q_layout))
+        q_idx = o_row // GROUP
+        i_q_tok = (seq_q_start + q_idx).to(gl.int64)
+        row_valid = (q_idx < seq_q_len) & (o_row < GROUP * (BLOCK_M // GROUP)) & (i_q_tok < total_q)
+        q_head = kv_head * GROUP + o_row % GROUP
+        p_q = q_ptr + gl.expand_dims(i_q_tok * stride_q_tok + q_head * stride_q_head, 1) + gl.expand_dims(o_d, 0)
+        b_q = gl.load(p_q, mask=gl.expand_dims(row_valid, 1), other=0.0).to(gl.float32)  # [BM, D]
+        # each row scaled by a power of two into e4m3's range, then hi + the rest as two e4m3 terms; the scale moves
+        # into the scores exactly
+        q_amax = gl.max(gl.abs(b_q), axis=1)
+        q_row_scale = gl.where(q_amax > 0.0, gl.exp2(gl.ceil(gl.log2(gl.maximum(q_amax, 1e-30) / E4M3_MAX))), 1.0)
+        b_q = b_q * gl.expand_dims(1.0 / q_row_scale, 1)
+        q_hi = b_q.to(gl.float8e4nv)
+        q_lo = (b_q - q_hi.to(gl.float32)).to(gl.float8e4nv)
+        q_hi_smem.store(q_hi)
+        q_lo_smem.store(q_lo)
+        fence_async_shared()  # the generic-proxy stores before the wgmma's async-proxy reads
+        _thread_barrier()  # every warp's rows before the warpgroup's QK
+
+        qk_scale = softmax_scale
+        if HAS_K_DESCALE:
+            qk_scale = qk_scale * gl.load(k_descale_ptr + seq * stride_kdesc_seq + kv_head * stride_kdesc_head)
+        # scores in log2 units per column (row of q)
+        fold = gl.convert_layout(q_row_scale, col_layout) * (qk_scale * LOG2E)
+
+        m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, col_layout)
+        l_i = gl.zeros([BLOCK_M], gl.float32, col_layout)
+        acc = gl.zeros([HEAD_DIM, BLOCK_M], gl.float32, o_layout)  # O^T
+        s_zero = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, s_layout)
+        v_layout: gl.constexpr = gl.BlockedLayout([1, 16], [4, 8], [num_warps, 1], [1, 0])  # 16-byte smem reads
+        o_key = gl.arange(0, BLOCK_N, layout=key_layout)
+        if CAUSAL:  # bottom-right aligned: token t of q_len sees keys up to seq_k_len - q_len + t
+            last_key = gl.expand_dims(seq_k_len - seq_q_len + gl.arange(0, BLOCK_M, layout=col_layout) // GROUP, 0)
+        else:
+            last_key = gl.full([1, BLOCK_M], 2**30, gl.int32, s_layout)
+        o_key_v = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, v_layout))
+        for j in range(num_blocks):
+            s = j % STAGES
+            phase = (j // STAGES) & 1
+            mbarrier.wait(ready.index(2 * s), phase)
+            k_tile = k_bufs.index(s)
+            tok = warpgroup_mma(k_tile, q_hi_smem.permute((1, 0)), s_zero, use_acc=False, is_async=True)
+            tok = warpgroup_mma(k_tile, q_lo_smem.permute((1, 0)), tok, is_async=True)
+            # V widened while the QK wgmmas run: keys past the sequence zeroed (a stale slot may hold NaN)
+            mbarrier.wait(ready.index(2 * s + 1), phase)
+            b_v = v_bufs.index(s).load(v_layout).to(gl.float16)  # [BN, D]
+            b_v = gl.where(gl.expand_dims(j * BLOCK_N + o_key_v < seq_k_len, 1), b_v, gl.zeros_like(b_v))
+            v_op = gl.convert_layout(gl.permute(b_v, (1, 0)), v_op_layout)  # V^T [D, BN], the A operand
+            b_st = warpgroup_mma_wait(num_outstanding=0, deps=(tok,))
+            _thread_barrier()  # every warp's reads of V's slot
+            mbarrier.arrive(empty.index(s), count=1)  # K and V of this slot are read: the producer may refill it
+            i_key = gl.expand_dims(j * BLOCK_N + o_key, 1)  # [BN, 1]
+            b_st = gl.where((i_key < seq_k_len) & (i_key <= last_key), b_st, float("-inf"))
+            m_tile = gl.max(b_st, axis=0) * fold  # [BM]
+            m_new = gl.maximum(m_i, m_tile)
+            m_safe = gl.where(m_new == float("-inf"), 0.0, m_new)
+            alpha = gl.exp2(m_i - m_safe)
+            b_pt = gl.exp2(b_st * gl.expand_dims(fold, 0) - gl.expand_dims(m_safe, 0))  # P^T [BN, BM]
+            l_i = l_i * alpha + gl.sum(b_pt, axis=0)
+            m_i = m_new
+            p_smem.store(gl.permute(b_pt.to(gl.float16), (1, 0)))  # P [BM, BN]: keys contiguous
+            fence_async_shared()
+            _thread_barrier()  # every warp's part of P before the P@V wgmma
+            acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(0, o_layout)), 0)
+            tok = warpgroup_mma(v_op, p_smem.permute((1, 0)), acc, is_async=True)
+            acc = warpgroup_mma_wait(num_outstanding=0, deps=(tok,))
+
+        # rows that saw no key have l = 0 and O = 0: divide by 1 so they come out as 0, not NaN
+        l_safe = gl.where(l_i == 0.0, 1.0, l_i)
+        o_factor = 1.0 / l_safe
+        if HAS_V_DESCALE:
+            o_factor = o_factor * gl.load(v_descale_ptr + seq * stride_vdesc_seq + kv_head * stride_vdesc_head)
+        acc = acc * gl.expand_dims(gl.convert_layout(o_factor, gl.SliceLayout(0, o_layout)), 0)
+        b_o = gl.convert_layout(gl.permute(acc.to(out_ptr.dtype.element_ty), (1, 0)), q_layout)  # [BM, D]
+        p_o = out_ptr + gl.expand_dims(i_q_tok * stride_o_tok + q_head * stride_o_head, 1) + gl.expand_dims(o_d, 0)
+        gl.store(p_o, b_o, mask=gl.expand_dims(row_valid, 1))
+        if RETURN_LSE:
+            lse = gl.where(l_i == 0.0, float("-inf"), (m_i + gl.log2(l_safe)) * 0.6931471805599453)
+            lse = gl.convert_layout(lse, gl.SliceLayout(1, q_layout))
+            gl.store(lse_ptr + q_head.to(gl.int64) * stride_lse_head + i_q_tok, lse, mask=row_valid)
+
+    @gluon.jit
+    def attention_decode_hopper_kernel(
+        q_ptr,  # [total_q, Hq, D] bf16
+        k_desc,  # K's paged TMA view (attention_hopper.paged_tma_view) in boxes [min(PAGE_SIZE, BLOCK_N), D]
+        v_desc,  # V's likewise
+        out_ptr,  # [total_q, Hq, D]
+        lse_ptr,  # [Hq, total_q] fp32 (RETURN_LSE)
+        cu_seqlens_q_ptr,  # [batch + 1] int32
+        cu_seqlens_k_ptr,  # [batch + 1] int32 (without HAS_SEQUSED)
+        seqused_k_ptr,  # [batch] int32 (HAS_SEQUSED)
+        block_table_ptr,  # [batch, max_blocks] int32
+        k_descale_ptr,  # fp32, [batch | broadcast, Hk | broadcast] (HAS_K_DESCALE); likewise v
+        v_descale_ptr,
+        softmax_scale,
+        total_q,
+        num_cache_blocks,
+        max_blocks,
+        stride_bt_seq,
+        stride_q_tok,
+        stride_q_head,
+        stride_o_tok,
+        stride_o_head,
+        stride_lse_head,
+        stride_kdesc_seq,
+        stride_kdesc_head,
+        stride_vdesc_seq,
+        stride_vdesc_head,
+        k_rows_per_block,  # the TMA views' placement of (block, kv head) (attention_hopper.paged_tma_view)
+        k_rows_per_head,
+        k_cols_per_head,
+        v_rows_per_block,
+        v_rows_per_head,
+        v_cols_per_head,
+        GROUP: gl.constexpr,
+        PAGE_SIZE: gl.constexpr,
+        STAGES: gl.constexpr,
+        HAS_SEQUSED: gl.constexpr,
+        HAS_K_DESCALE: gl.constexpr,
+        HAS_V_DESCALE: gl.constexpr,
+        RETURN_LSE: gl.constexpr,
+        CAUSAL: gl.constexpr,
+    ):
+        BLOCK_N: gl.constexpr = 64
+        HEAD_DIM: gl.constexpr = k_desc.block_type.shape[1]
+        BLOCK_M: gl.constexpr = 16
+        k_bufs = gl.allocate_shared_memory(k_desc.dtype, [STAGES, BLOCK_N, HEAD_DIM], k_desc.layout)
+        v_bufs = gl.allocate_shared_memory(v_desc.dtype, [STAGES, BLOCK_N, HEAD_DIM], v_desc.layout)
+        q_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_M, HEAD_DIM], gl.float8e4nv)
+        q_hi_smem = gl.allocate_shared_memory(gl.float8e4nv, [BLOCK_M, HEAD_DIM], q_layout)
+        q_lo_smem = gl.allocate_shared_memory(gl.float8e4nv, [BLOCK_M, HEAD_DIM], q_layout)
+        p_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_M, BLOCK_N], gl.float16)
+        p_smem = gl.allocate_shared_memory(gl.float16, [BLOCK_M, BLOCK_N], p_layout)
+        ready = gl.allocate_shared_memory(gl.int64, [2 * STAGES, 1], mbarrier.MBarrierLayout())  # K, V per slot
+        empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        for i in gl.static_range(STAGES):
+            mbarrier.init(ready.index(2 * i), count=1)
+            mbarrier.init(ready.index(2 * i + 1), count=1)
+            mbarrier.init(empty.index(i), count=1)
+        gl.warp_specialize(
+            [
+                (_decode_consumer, (
+                    k_bufs, v_bufs, q_hi_smem, q_lo_smem, p_smem, ready, empty, q_ptr, out_ptr, lse_ptr,
+                    cu_seqlens_q_ptr, seqused_k_ptr, cu_seqlens_k_ptr, k_descale_ptr, v_descale_ptr, softmax_scale,
+                    max_blocks, total_q, stride_q_tok, stride_q_head, stride_o_tok, stride_o_head, stride_lse_head,
+                    stride_kdesc_seq, stride_kdesc_head, stride_vdesc_seq, stride_vdesc_head, GROUP, PAGE_SIZE,
+                    HAS_SEQUSED, HAS_K_DESCALE, HAS_V_DESCALE, RETURN_LSE, CAUSAL, gl.num_warps())),
+                (_decode_producer, (
+                    k_desc, v_desc, k_bufs, v_bufs, ready, empty, block_table_ptr, stride_bt_seq, num_cache_blocks,
+                    max_blocks, seqused_k_ptr, cu_seqlens_k_ptr, k_rows_per_block, k_rows_per_head, k_cols_per_head,
+                    v_rows_per_block, v_rows_per_head, v_cols_per_head, PAGE_SIZE, HAS_SEQUSED)),
+            ],
+            [1],
+            [PRODUCER_REGS],
+        )  # fmt: skip
+
+
+@functools.lru_cache(maxsize=16)
+def _box_layout(rows: int):
+    return gl.NVMMASharedLayout.get_default_for([rows, HEAD_DIM], gl.float8e4nv)
+
+
+def plan_hopper_decode(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, softmax_scale,
+                       causal: bool, k_descale, v_descale, stages: int):  # fmt: skip
+    """(kernel, grid, args, constexprs, options) of one launch; the caller checked `supports`."""
+    num_seqs = cu_seqlens_q.shape[0] - 1
+    num_q_heads, num_kv_heads = q.shape[1], k.shape[2]
+    page_size = k.shape[1]
+    chunk = min(page_size, BLOCK_N)
+    descriptors, placements = [], []
+    for cache in (k, v):
+        rows, width, row_stride, placement = attention_hopper.paged_tma_view(cache)
+        descriptors.append(GluonTensorDescriptor(cache, [rows, width], [row_stride, 1], [chunk, HEAD_DIM],
+                                                 _box_layout(chunk)))  # fmt: skip
+        placements.extend(placement)
+
+    args = (
+        q, descriptors[0], descriptors[1], out, lse if lse is not None else out,
+        cu_seqlens_q, cu_seqlens_k if cu_seqlens_k is not None else cu_seqlens_q,
+        seqused_k if seqused_k is not None else cu_seqlens_q, block_table,
+        k_descale if k_descale is not None else q, v_descale if v_descale is not None else q,
+        softmax_scale, q.shape[0], k.shape[0], block_table.shape[1], block_table.stride(0),
+        q.stride(0), q.stride(1), out.stride(0), out.stride(1), lse.stride(0) if lse is not None else 0,
+        *descale_strides(k_descale), *descale_strides(v_descale), *placements,
+    )  # fmt: skip
+    constexprs = dict(
+        GROUP=num_q_heads // num_kv_heads,
+        PAGE_SIZE=page_size,
+        STAGES=stages,
+        HAS_SEQUSED=seqused_k is not None,
+        HAS_K_DESCALE=k_descale is not None,
+        HAS_V_DESCALE=v_descale is not None,
+        RETURN_LSE=lse is not None,
+        CAUSAL=causal,
+    )
+    grid = (num_seqs, num_kv_heads)
+    # launched at 64 registers a thread (8 warps: the consumer warpgroup, the producer's): four programs per SM;
+    # setmaxnreg then gives the consumer 104 and the producer 24 (sm_90: 0 spills)
+    return attention_decode_hopper_kernel, grid, args, constexprs, {"num_warps": NUM_WARPS, "maxnreg": LAUNCH_REGS}
+
+
+__all__ = ["HAS_GLUON", "plan_hopper_decode", "supports", "triton"]

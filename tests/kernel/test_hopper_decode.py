@@ -1,0 +1,95 @@
+"""The Gluon fp8-KV paged decode on Hopper (kernels/attention_hopper_decode.py, config `decode_gluon`).
+
+Which calls the launcher sends there is checked anywhere (planning on meta tensors, as CI's cross-compile plans).
+The kernel itself runs only on a Hopper GPU: Gluon does not run in Triton's interpreter (CI cross-compiles it for
+sm_90 instead).
+"""
+
+import json
+
+import pytest
+import torch
+from attn_testing import ON_GPU, check_low_precision, fp8_descale, make_inputs, scaled
+
+from tritonfa.kernels import attention_hopper_decode
+from tritonfa.kernels.attention import decode_q_fp8_terms, plan_attention
+
+ON_HOPPER = ON_GPU and torch.cuda.get_device_capability()[0] == 9 and not torch.version.hip
+GLUON_DECODE = "attention_decode_hopper_kernel"
+FP8 = torch.float8_e4m3fn
+
+
+def _gluon_on(monkeypatch, **extra):
+    monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"decode_gluon": True, **extra}}))
+
+
+def _planned(inputs, **kwargs) -> list[str]:
+    args = dict(
+        q=inputs.q, k=inputs.k, v=inputs.v, lse=None, out=torch.empty(inputs.q.shape, dtype=torch.bfloat16),
+        cu_seqlens_q=inputs.cu_seqlens_q, cu_seqlens_k=inputs.cu_seqlens_k, seqused_k=inputs.seqused_k,
+        block_table=inputs.block_table, alibi_slopes=None, bias=None, s_aux=None, q_descale=None, k_descale=None,
+        v_descale=None, output_scale=None, max_seqlen_q=inputs.max_seqlen_q, max_seqlen_k=inputs.max_seqlen_k,
+        softmax_scale=0.125, window_left=-1, window_right=0, softcap=0.0, num_splits=1, arch="hopper",
+    )  # fmt: skip
+    args.update(kwargs)
+    meta = {name: value.to("meta") if isinstance(value, torch.Tensor) else value for name, value in args.items()}
+    return [launch.fn.__name__ for launch in plan_attention(**meta)]
+
+
+@pytest.mark.skipif(not attention_hopper_decode.HAS_GLUON, reason="this triton has no Gluon")
+def test_the_launcher_sends_only_covered_decode_calls_to_gluon(monkeypatch):
+    """decode_gluon: a bf16 q with e4m3 paged K/V at D 128 and q-len x group <= 16 goes to the Gluon decode; every
+    other call keeps the portable kernel (and without the setting, every call does)."""
+    inputs = make_inputs([1, 1, 1], [40, 17, 0], num_heads=(8, 2), head_size=128, kv_dtype=FP8, kv_layout="paged")
+    assert _planned(inputs) != [GLUON_DECODE]
+    _gluon_on(monkeypatch)
+    assert _planned(inputs) == [GLUON_DECODE]
+    scale = torch.ones((), dtype=torch.float32)
+    assert _planned(inputs, k_descale=scale, v_descale=scale) == [GLUON_DECODE]
+    # features it does not cover, a split, a q descale
+    for kwargs in ({"softcap": 30.0}, {"window_left": 8}, {"alibi_slopes": torch.ones(8)}, {"num_splits": 2},
+                   {"s_aux": torch.zeros(8)}, {"q_descale": scale}):  # fmt: skip
+        assert GLUON_DECODE not in _planned(inputs, **kwargs), kwargs
+    # rows past 16 (q-len 8 x group 4), 16-bit K/V, D 64, contiguous K/V, pages of one key, an fp16 q
+    others = [
+        make_inputs([8, 1], [40, 17], num_heads=(8, 2), head_size=128, kv_dtype=FP8, kv_layout="paged"),
+        make_inputs([1, 1], [40, 17], num_heads=(8, 2), head_size=128, kv_layout="paged"),
+        make_inputs([1, 1], [40, 17], num_heads=(8, 2), head_size=64, kv_dtype=FP8, kv_layout="paged"),
+        make_inputs([1, 1], [40, 17], num_heads=(8, 2), head_size=128, kv_dtype=FP8, kv_layout="contiguous"),
+        make_inputs([1, 1], [40, 17], num_heads=(8, 2), head_size=128, kv_dtype=FP8, kv_layout="paged", block_size=1),
+        make_inputs(
+            [1, 1], [40, 17], num_heads=(8, 2), head_size=128, dtype=torch.float16, kv_dtype=FP8, kv_layout="paged"
+        ),
+    ]
+    for other in others:
+        assert GLUON_DECODE not in _planned(other, max_seqlen_q=other.max_seqlen_q)
+    # the oracle bounds two fp8 QK terms on Hopper, as the kernel computes them
+    assert decode_q_fp8_terms(inputs.q, inputs.k, inputs.v, arch="hopper") == 2
+
+
+@pytest.mark.skipif(not ON_HOPPER, reason="the Gluon decode runs on Hopper only (CI cross-compiles it)")
+@pytest.mark.parametrize("stages", [2, 3, 4])
+@pytest.mark.parametrize("block_size", [16, 64, 256])
+def test_gluon_decode_matches_the_reference(monkeypatch, stages, block_size):
+    """Random q / K / V, NaN-poisoned cache slots and output; contexts shorter than a block, empty, one key, a block
+    edge and long ones; q-len up to 4 with 4 q heads per KV head; with lse, descales and seqused_k."""
+    _gluon_on(monkeypatch, decode_gluon_stages=stages)
+    seqlens_q = [1, 4, 1, 1, 2, 1, 3]
+    seqlens_k = [scaled(300, 2000), 17, 0, 1, 64, scaled(129, 1025), 4097]
+    inputs = make_inputs(seqlens_q, seqlens_k, num_heads=(8, 2), head_size=128, kv_dtype=FP8, kv_layout="paged",
+                         block_size=block_size)  # fmt: skip
+    assert _planned(inputs, max_seqlen_q=inputs.max_seqlen_q) == [GLUON_DECODE]
+    check_low_precision(inputs, causal=True, num_splits=1)
+    k_descale, v_descale = fp8_descale("per_head", len(seqlens_q), 2), fp8_descale("scalar", len(seqlens_q), 2)
+    check_low_precision(inputs, causal=True, num_splits=1, k_descale=k_descale, v_descale=v_descale)
+    check_low_precision(inputs, causal=False, num_splits=1)
+
+
+@pytest.mark.skipif(not ON_HOPPER, reason="the Gluon decode runs on Hopper only (CI cross-compiles it)")
+def test_gluon_decode_with_eight_q_heads_per_kv_head(monkeypatch):
+    """Group 8 (two q tokens fill the 16 rows), vLLM's default fp8 decode shape at b64 in miniature."""
+    _gluon_on(monkeypatch)
+    inputs = make_inputs([1] * 12 + [2], [2048] * 6 + [1, 5, 700, 63, 65, 128, 3000], num_heads=(32, 4),
+                         head_size=128, kv_dtype=FP8, kv_layout="paged")  # fmt: skip
+    assert _planned(inputs, max_seqlen_q=inputs.max_seqlen_q) == [GLUON_DECODE]
+    check_low_precision(inputs, causal=True, num_splits=1)
