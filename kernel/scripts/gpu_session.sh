@@ -15,6 +15,8 @@
 #   ws-tests:EXPR          only the tests that pytest's -k EXPR selects ('+' for ' '), xfail-marked ones run too
 #                          (--runxfail: e.g. a path marked as hanging, to check its fix), killed after
 #                          WS_TESTS_TIMEOUT seconds; log ws_tests_<step number>.log, exit status ws_tests_<n>.rc
+#   decode-tests           the Gluon fp8-KV decode's GPU tests (tests/kernel/test_hopper_decode.py), with ws-tests'
+#                          timeouts; log ws_tests_<step number>.log, exit status ws_tests_<n>.rc (for gate:N)
 #   gate:N                 run the steps after it, up to gate-end, only if step N's tests passed (ws_tests_N.rc is 0)
 #   gate-end               end of the gated steps
 #   profile                Nsight Compute counters of one Gluon prefill launch per workload x variant
@@ -80,7 +82,7 @@ export PYTHONPATH="$PWD/kernel/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=
           --plan "$plan" --only "${only//+/,}" --variants "${variants//+/,}" \
           --peers "${VARIANT_PEERS:-fa3,sdpa-cudnn,flex}" --rounds "${VARIANT_ROUNDS:-1}" --out "$out" 2>&1 |
           tee -a "$out/variants.log" ;;
-      ws-tests*)
+      ws-tests* | decode-tests)
         # a hung kernel fails its own test (the thread method ends the worker, which xdist reports and replaces)
         each="--timeout ${WS_TEST_TIMEOUT_EACH:-180} --timeout-method thread"
         export TRITONFA_FAILURES_LOG="$out/failures_$n.log" ;;&  # each failure's traceback at once
@@ -92,6 +94,11 @@ export PYTHONPATH="$PWD/kernel/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=
         timeout -s KILL "${WS_TESTS_TIMEOUT:-600}" python3 -m pytest tests/kernel/test_hopper_warp_specialized.py \
           --device cuda -n 8 -v --tb=short -p no:cacheprovider -rfEs $each --runxfail -k "${expr//+/ }" 2>&1 |
           tee "$out/ws_tests_$n.log" | tail -n 30
+        echo "${PIPESTATUS[0]}" > "$out/ws_tests_$n.rc" ;;
+      decode-tests)
+        timeout -s KILL "${WS_TESTS_TIMEOUT:-600}" python3 -m pytest tests/kernel/test_hopper_decode.py \
+          --device cuda -n 4 -v --tb=short -p no:cacheprovider -rfEs $each 2>&1 | tee "$out/ws_tests_$n.log" |
+          tail -n 30
         echo "${PIPESTATUS[0]}" > "$out/ws_tests_$n.rc" ;;
       gate:*)
         rc_file="$out/ws_tests_${step#gate:}.rc"

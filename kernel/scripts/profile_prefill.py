@@ -32,7 +32,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "src"))
 
-KERNEL = "^attention_fwd"  # the Gluon prefill and the portable kernel, not the split-KV combine
+KERNEL = "^attention_(fwd|decode)"  # the Gluon prefill and decode, the portable kernel; not the split-KV combine
 WORKLOADS = ("prefill-b4x4096-noncausal", "prefill-b8x2048-causal", "fp8-prefill-b8x2048-causal-paged")
 VARIANTS = ("default",)
 # (label, ncu metric name): what the summary shows; the CSV keeps every metric of the sections

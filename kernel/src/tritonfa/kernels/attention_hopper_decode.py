@@ -59,6 +59,7 @@ def supports(q, k, v, out, block_table, max_seqlen_q: int, features: dict, page_
     return (
         HAS_GLUON
         and block_table is not None
+        and block_table.shape[1] > 0
         and q.dtype == torch.bfloat16
         and FP8_E4M3 is not None
         and k.dtype == FP8_E4M3
