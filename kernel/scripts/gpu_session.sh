@@ -96,8 +96,9 @@ export PYTHONPATH="$PWD/kernel/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=
           tee "$out/ws_tests_$n.log" | tail -n 30
         echo "${PIPESTATUS[0]}" > "$out/ws_tests_$n.rc" ;;
       decode-tests)
+        # --maxfail: a kernel that hangs or is wrong everywhere costs two tests' time, not every test's
         timeout -s KILL "${WS_TESTS_TIMEOUT:-600}" python3 -m pytest tests/kernel/test_hopper_decode.py \
-          --device cuda -n 4 -v --tb=short -p no:cacheprovider -rfEs $each 2>&1 | tee "$out/ws_tests_$n.log" |
+          --device cuda -n 4 -v --tb=short -p no:cacheprovider -rfEs --maxfail=2 $each 2>&1 | tee "$out/ws_tests_$n.log" |
           tail -n 30
         echo "${PIPESTATUS[0]}" > "$out/ws_tests_$n.rc" ;;
       gate:*)
