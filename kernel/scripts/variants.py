@@ -147,6 +147,9 @@ DECODE_VARIANTS = {
     # the Gluon fp8-KV decode (kernels/attention_hopper_decode.py): a producer warp keeps STAGES 64-key blocks in
     # flight through TMA (sm_90: 64 registers at launch, 41 / 57 / 74 KB: 4 / 3 / 3 programs per SM); 16-bit and
     # other calls keep the default
+    # the split-KV combine as a programmatic dependent launch (decode_split_pdl): its launch overlaps the split
+    # launch's last programs (b8x32768 and other split decodes; the rest are unchanged)
+    "split-pdl": {"decode_keys_as_rows": "tile", "decode_split_pdl": True},
     "gluon-decode-s2": {"decode_keys_as_rows": "tile", "decode_gluon": True, "decode_gluon_stages": 2},
     "gluon-decode-s3": {"decode_keys_as_rows": "tile", "decode_gluon": True, "decode_gluon_stages": 3},
     "gluon-decode-s4": {"decode_keys_as_rows": "tile", "decode_gluon": True, "decode_gluon_stages": 4},

@@ -158,6 +158,9 @@ def cross_compile_specs(arch: str) -> list[dict[str, Any]]:
         # its "tile" form: configs._KEYS_AS_ROWS_DECODE's tile, 64-key blocks, ptxas held to 128 registers)
         keys_as_rows = {"hopper": {"decode_keys_as_rows": True}}
         plans.append((functools.partial(_plan_with_override, json.dumps(keys_as_rows)), (True,)))
+        # the split-KV combine as a programmatic dependent launch (config `decode_split_pdl`)
+        split_pdl = {"hopper": {"decode_split_pdl": True}}
+        plans.append((functools.partial(_plan_with_override, json.dumps(split_pdl)), (True,)))
     combos = [
         (head_dim, variant, decode, plan)
         for plan, decodes in plans
@@ -195,6 +198,7 @@ def cross_compile_specs(arch: str) -> list[dict[str, Any]]:
                 + (" PREFETCH_IDS" if c.get("PREFETCH_BLOCK_IDS") and c.get("BLOCK_M", 0) < 64 else "")
                 + (" KEYS_AS_ROWS" if c.get("KEYS_AS_ROWS") else "")
                 + (" Q_SPLIT" if c.get("Q_SPLIT") else "")
+                + (" PDL" if c.get("TRIGGER_COMBINE") or c.get("WAIT_PRIMARY") else "")
                 + f" w{launch.options['num_warps']} s{launch.options['num_stages']}]"
             )
             # The sequence filter of a mixed batch's two launches changes a few scalar branches: one of

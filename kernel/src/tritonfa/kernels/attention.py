@@ -29,6 +29,7 @@ from typing import Any
 import torch
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 from tritonfa.configs import (
@@ -481,7 +482,12 @@ def attention_fwd_kernel(
     SEQ_FILTER: tl.constexpr,  # 0: every sequence; 1: only seqlen_q > DECODE_MAX_Q; 2: only seqlen_q <= DECODE_MAX_Q
     TILES_PER_SEQ: tl.constexpr,  # 0: tiles packed over cu_seqlens_q; > 0: program_id(0) // TILES_PER_SEQ = sequence
     DECODE_MAX_Q: tl.constexpr,
+    # SPLIT_KV with programmatic dependent launch (NVIDIA): every program lets the combine launch start; it waits
+    # (gdc_wait) for this grid's results, so its launch overlaps the last programs instead of following them
+    TRIGGER_COMBINE: tl.constexpr,
 ):
+    if TRIGGER_COMBINE:
+        gdc_launch_dependents()
     TOKENS_PER_TILE: tl.constexpr = BLOCK_M // H_PACK
     tile_id = tl.program_id(0)
     i_hc = tl.program_id(1)
@@ -710,7 +716,10 @@ def combine_splits_kernel(
     RETURN_LSE: tl.constexpr,
     OUT_MAX: tl.constexpr,
     SPLITS_PER_STEP: tl.constexpr,
+    WAIT_PRIMARY: tl.constexpr,  # launched as a programmatic dependent of the split launch: wait for it
 ):
+    if WAIT_PRIMARY:
+        gdc_wait()
     i_tok = tl.program_id(0).to(tl.int64)
     i_head = tl.program_id(1)
     # Rows of no sequence (padding past cu_seqlens_q[-1]) have no partial results: leave them as they are.
@@ -1302,6 +1311,9 @@ def _plan_launch(
         TILES_PER_SEQ=tiles_per_seq,
         DECODE_MAX_Q=DECODE_MAX_SEQLEN_Q,
     )  # fmt: skip
+    # the combine as a programmatic dependent launch (config `decode_split_pdl`; NVIDIA sm_90+, not the interpreter)
+    pdl = split_kv and config.decode_split_pdl and arch in ("hopper", "blackwell") and q.device.type in ("cuda", "meta")
+    constexprs["TRIGGER_COMBINE"] = pdl
     launches = [KernelLaunch(attention_fwd_kernel, grid, args, constexprs, config.launch_options(arch))]
     if split_kv:
         combine_args = (
@@ -1327,12 +1339,15 @@ def _plan_launch(
             OUT_MAX=out_max,
             SPLITS_PER_STEP=8,
         )
+        combine_options = {"num_warps": 4, "num_stages": 1}
+        combine_constexprs["WAIT_PRIMARY"] = pdl
+        if pdl:
+            combine_options["launch_pdl"] = True
         launches.append(
             KernelLaunch(
-                combine_splits_kernel, (total_q, num_q_heads), combine_args, combine_constexprs,
-                {"num_warps": 4, "num_stages": 1},
+                combine_splits_kernel, (total_q, num_q_heads), combine_args, combine_constexprs, combine_options
             )
-        )  # fmt: skip
+        )
     return launches
 
 
