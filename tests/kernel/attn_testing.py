@@ -283,15 +283,21 @@ def rounding_floor(dtype: torch.dtype, magnitude: float) -> float:
 
 
 def assert_within_low_precision_error(
-    out: torch.Tensor, ref: torch.Tensor, low_precision_ref: torch.Tensor, msg: str = "", floor: float | None = None
+    out: torch.Tensor,
+    ref: torch.Tensor,
+    low_precision_ref: torch.Tensor,
+    msg: str = "",
+    floor: float | None = None,
+    factor: float = 2.0,
 ):
-    """FA-style oracle: |kernel - ref| <= 2 |PyTorch low-precision reference - ref| + rounding floor (max norms)."""
+    """FA-style oracle: |kernel - ref| <= factor (2) |PyTorch low-precision reference - ref| + rounding floor (max
+    norms)."""
     assert_written(out)
     kernel_error = max_abs(out.double() - ref)
     reference_error = max_abs(low_precision_ref.double() - ref)
     if floor is None:
         floor = rounding_floor(out.dtype, max_abs(ref))
-    bound = 2 * reference_error + floor
+    bound = factor * reference_error + floor
     assert kernel_error <= bound, (
         f"kernel error {kernel_error:.3g} > 2 x low-precision reference error {reference_error:.3g} + floor "
         f"{floor:.3g}\n{msg}"
@@ -341,9 +347,15 @@ def check_low_precision(inputs: AttnInputs, lse_extra: float = 0.0, **kwargs) ->
         # 13 mantissa bits, cut once per 32-deep step of a key block; the float64-accumulating low-precision
         # reference has no such error, which an fp32 output shows (one block of up to 128 keys: 4 steps).
         floor = rounding_floor(out.dtype, max_abs(ref))
+        factor = 2.0
         if is_fp8(inputs.v.dtype):
             floor += max_abs(ref) * (128 // FP8_MMA_K_STEP) * FP8_MMA_RELATIVE_CUT
-        assert_within_low_precision_error(out, ref, low_precision, msg, floor=floor)
+            # P through fp8: the reference rounds P on one grid per row (relative to the row's max), the kernels on
+            # one per key block (relative to the block's max), so the two errors are independent draws of the same
+            # size and their maxima over a call differ by chance: 2x was exceeded about once in a few hundred calls
+            # (interpreter, [33, 5] x [33, 70] q/k/v in e4m3: 300 seeds up to 0.98 of it, one CI run 1.07)
+            factor = FP8_P_ERROR_FACTOR
+        assert_within_low_precision_error(out, ref, low_precision, msg, floor=floor, factor=factor)
     else:
         # compare what the fp8 output means (stored * output_scale); the floor is 16-bit, fp8 rounding is in both
         assert_within_low_precision_error(
@@ -367,6 +379,8 @@ def keys_as_rows_q_terms(inputs: AttnInputs) -> int:
     return decode_q_fp8_terms(inputs.q, inputs.k, inputs.v)
 
 
+# the oracle's factor where P goes through fp8 (check_low_precision)
+FP8_P_ERROR_FACTOR = 2.5
 # Hopper's fp8 MMA (k = 32 per step) keeps 13 mantissa bits of its accumulator: each step may drop up to 2^-13 of it
 FP8_MMA_K_STEP = 32
 FP8_MMA_RELATIVE_CUT = 2.0**-13
