@@ -885,7 +885,7 @@ def decode_q_fp8_terms(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, arch: 
     arch = arch or detect_arch(q.device)
     block_d, block_dv, element_bytes = _tile_dims(q, k, v)
     config = _decode_config(arch, q, k, v, max(block_d, block_dv), element_bytes)
-    if arch == "hopper" and config.decode_gluon and q.dtype == torch.bfloat16 and k.dtype in OCP_FP8_DTYPES:
+    if arch == "hopper" and config.decode_gluon and attention_hopper_decode.covers_tensors(q, k, v):
         return 2  # the Gluon decode (where it covers the call) splits a bf16 q into two e4m3 terms too
     return _q_fp8_terms(arch, config, q, k, v)
 
@@ -1169,6 +1169,8 @@ def _plan_launch(
     if num_splits == 0:
         num_splits = _auto_num_splits(q.device, num_seqs * grid[1], max_seqlen_k, config.block_n)
     split_kv = num_splits > 1
+    # the combine as a programmatic dependent launch (config `decode_split_pdl`; NVIDIA sm_90+, not the interpreter)
+    pdl = split_kv and config.decode_split_pdl and arch in ("hopper", "blackwell") and q.device.type in ("cuda", "meta")
     if split_kv:
         grid = (*grid, num_splits)
         split_out = torch.empty((num_splits, total_q, num_q_heads, head_dim_v), dtype=torch.float32, device=q.device)
@@ -1310,10 +1312,8 @@ def _plan_launch(
         SEQ_FILTER=seq_filter,
         TILES_PER_SEQ=tiles_per_seq,
         DECODE_MAX_Q=DECODE_MAX_SEQLEN_Q,
+        TRIGGER_COMBINE=pdl,
     )  # fmt: skip
-    # the combine as a programmatic dependent launch (config `decode_split_pdl`; NVIDIA sm_90+, not the interpreter)
-    pdl = split_kv and config.decode_split_pdl and arch in ("hopper", "blackwell") and q.device.type in ("cuda", "meta")
-    constexprs["TRIGGER_COMBINE"] = pdl
     launches = [KernelLaunch(attention_fwd_kernel, grid, args, constexprs, config.launch_options(arch))]
     if split_kv:
         combine_args = (
@@ -1338,9 +1338,9 @@ def _plan_launch(
             RETURN_LSE=lse is not None,
             OUT_MAX=out_max,
             SPLITS_PER_STEP=8,
+            WAIT_PRIMARY=pdl,
         )
         combine_options = {"num_warps": 4, "num_stages": 1}
-        combine_constexprs["WAIT_PRIMARY"] = pdl
         if pdl:
             combine_options["launch_pdl"] = True
         launches.append(
