@@ -299,7 +299,7 @@ def assert_within_low_precision_error(
         floor = rounding_floor(out.dtype, max_abs(ref))
     bound = factor * reference_error + floor
     assert kernel_error <= bound, (
-        f"kernel error {kernel_error:.3g} > 2 x low-precision reference error {reference_error:.3g} + floor "
+        f"kernel error {kernel_error:.3g} > {factor:g} x low-precision reference error {reference_error:.3g} + floor "
         f"{floor:.3g}\n{msg}"
     )
 
