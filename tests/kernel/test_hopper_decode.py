@@ -38,9 +38,11 @@ def _planned(inputs, **kwargs) -> list[str]:
 
 @pytest.mark.skipif(not attention_hopper_decode.HAS_GLUON, reason="this triton has no Gluon")
 def test_the_launcher_sends_only_covered_decode_calls_to_gluon(monkeypatch):
-    """decode_gluon: a bf16 q with e4m3 paged K/V at D 128 and q-len x group <= 16 goes to the Gluon decode; every
-    other call keeps the portable kernel (and without the setting, every call does)."""
+    """decode_gluon (Hopper's default): a bf16 q with e4m3 paged K/V at D 128 and q-len x group <= 16 goes to the
+    Gluon decode; every other call keeps the portable kernel (and with the setting off, every call does)."""
     inputs = make_inputs([1, 1, 1], [40, 17, 0], num_heads=(8, 2), head_size=128, kv_dtype=FP8, kv_layout="paged")
+    assert _planned(inputs) == [GLUON_DECODE]
+    monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"decode_gluon": False}}))
     assert _planned(inputs) != [GLUON_DECODE]
     _gluon_on(monkeypatch)
     assert _planned(inputs) == [GLUON_DECODE]

@@ -59,8 +59,8 @@ class AttentionConfig:
     # launch's last programs. Opt-in until measured (decode b8x32768: 0.256 vs FA3 0.254 ms, H200 session 15)
     decode_split_pdl: bool = False
     # Hopper decode: fp8-KV paged decode calls the Gluon decode kernel covers (kernels/attention_hopper_decode.py: a
-    # producer warp keeps decode_gluon_stages 64-key blocks of K/V in flight through TMA) go there. Opt-in until
-    # measured
+    # producer warp keeps decode_gluon_stages 64-key blocks of K/V in flight through TMA) go there (Hopper D 128:
+    # on, see _KEYS_AS_ROWS_DECODE; 2 stages: 3 and 4 were slower, more shared memory per program)
     decode_gluon: bool = False
     decode_gluon_stages: int = 2
     # Hopper prefill: calls the warp-specialized Gluon kernel covers (kernels/attention_hopper.py) go there
@@ -248,8 +248,14 @@ _TABLE: dict[tuple[str, bool], dict[int, AttentionConfig]] = {
 # 64-key blocks, 2 stages, ptxas held to 128 registers (sm_90: 0 spills, 47 KB shared): four programs per SM
 # instead of two; fp8-KV decode b64x2048 paged, every round: H100 (session 20) 0.1155 -> 0.1089 ms (-5.6%), H200
 # (session 21) 0.1023 -> 0.1000 ms (-2.2%) (kernel/results/2026-12-05-h100-session20, 2026-12-05-h200-session21)
+# The fp8-KV paged calls the Gluon decode covers go there instead (decode_gluon): b64x2048 paged, every round,
+# 0.0996-0.1005 -> 0.0805-0.0809 ms (H200, session 23; kernel/results/2026-12-05-h200-session23)
 _KEYS_AS_ROWS_DECODE: dict[str, dict[int, AttentionConfig]] = {
-    "hopper": {128: AttentionConfig(16, 64, 4, 2, pack_gqa=True, decode_keys_as_rows=True, max_registers=128)},
+    "hopper": {
+        128: AttentionConfig(
+            16, 64, 4, 2, pack_gqa=True, decode_keys_as_rows=True, max_registers=128, decode_gluon=True
+        )
+    },
 }
 
 

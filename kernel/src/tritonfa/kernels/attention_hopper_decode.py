@@ -176,8 +176,13 @@ if HAS_GLUON:
         q_amax = gl.max(gl.abs(b_q), axis=1)
         q_row_scale = gl.where(q_amax > 0.0, gl.exp2(gl.ceil(gl.log2(gl.maximum(q_amax, 1e-30) / E4M3_MAX))), 1.0)
         b_q = b_q * gl.expand_dims(1.0 / q_row_scale, 1)
-        q_hi = b_q.to(gl.float8e4nv)
-        q_lo = (b_q - q_hi.to(gl.float32)).to(gl.float8e4nv)
+        # hi rounded onto e4m3's grid in fp32 (3 mantissa bits, subnormal step 2^-9), so the rest is exact in fp32:
+        # reading hi back from fp8 (.to(float32)) gave wrong values in this kernel (H200, triton 3.6; the same
+        # conversions are right alone), every row wrong and some NaN
+        q_step = gl.exp2(gl.maximum(gl.floor(gl.log2(gl.maximum(gl.abs(b_q), 1e-30))), -6.0) - 3.0)
+        q_hi_f32 = gl.extra.libdevice.rint(b_q / q_step) * q_step
+        q_hi = q_hi_f32.to(gl.float8e4nv)
+        q_lo = (b_q - q_hi_f32).to(gl.float8e4nv)
         q_hi_smem.store(q_hi)
         q_lo_smem.store(q_lo)
         fence_async_shared()  # the generic-proxy stores before the wgmma's async-proxy reads
