@@ -144,12 +144,11 @@ DECODE_VARIANTS = {
     # the keys-as-rows tile of configs._KEYS_AS_ROWS_DECODE (D 128: 64 keys, 2 stages, 128 registers) for the calls
     # it covers (Hopper's D 128 default since session 21: the same as "default" there)
     "keys-as-rows-tile": {"decode_keys_as_rows": "tile"},
-    # the split-KV combine as a programmatic dependent launch (decode_split_pdl): its launch overlaps the split
-    # launch's last programs (b8x32768 and other split decodes; the rest are unchanged)
-    "split-pdl": {"decode_keys_as_rows": "tile", "decode_split_pdl": True},
     # the Gluon fp8-KV decode (kernels/attention_hopper_decode.py): a producer warp keeps STAGES 64-key blocks in
     # flight through TMA (sm_90: 64 registers at launch, 41 / 57 / 74 KB: 4 / 3 / 3 programs per SM); 16-bit and
-    # other calls keep the default
+    # other calls keep the default. Hopper's default since session 23 with 2 stages (the same as "default" there);
+    # "no-gluon-decode": the keys-as-rows tile it replaced
+    "no-gluon-decode": {"decode_keys_as_rows": "tile", "decode_gluon": False},
     "gluon-decode-s2": {"decode_keys_as_rows": "tile", "decode_gluon": True, "decode_gluon_stages": 2},
     "gluon-decode-s3": {"decode_keys_as_rows": "tile", "decode_gluon": True, "decode_gluon_stages": 3},
     "gluon-decode-s4": {"decode_keys_as_rows": "tile", "decode_gluon": True, "decode_gluon_stages": 4},

@@ -309,42 +309,6 @@ def test_decode_keys_as_rows_in_64_key_blocks(monkeypatch, tile):
         check_low_precision(inputs, causal=True, **kwargs)
 
 
-def test_split_combine_as_a_programmatic_dependent_launch(monkeypatch):
-    """decode_split_pdl: on Hopper (planned on meta tensors, as on the GPU) a split decode's programs trigger the
-    combine launch, which is launched with PDL and waits for them; unsplit calls, other architectures and the
-    interpreter keep plain launches. On a Hopper GPU the split results still match the reference."""
-    inputs = make_inputs([1, 1, 4], [scaled(300, 3000), 17, scaled(129, 1025)], num_heads=(8, 2), head_size=128,
-                         kv_layout="paged")  # fmt: skip
-    monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"decode_split_pdl": True, "warp_specialized": False}))
-
-    def planned(arch, device="meta", **kwargs):
-        args = dict(
-            q=inputs.q, k=inputs.k, v=inputs.v, out=torch.empty(inputs.q.shape, dtype=inputs.q.dtype), lse=None,
-            cu_seqlens_q=inputs.cu_seqlens_q, cu_seqlens_k=inputs.cu_seqlens_k, seqused_k=inputs.seqused_k,
-            block_table=inputs.block_table, alibi_slopes=None, bias=None, s_aux=None, q_descale=None, k_descale=None,
-            v_descale=None, output_scale=None, max_seqlen_q=inputs.max_seqlen_q, max_seqlen_k=inputs.max_seqlen_k,
-            softmax_scale=0.125, window_left=-1, window_right=0, softcap=0.0, num_splits=3, arch=arch,
-        )  # fmt: skip
-        args.update(kwargs)
-        moved = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in args.items()}
-        return plan_attention(**moved)
-
-    split, combine = planned("hopper")
-    assert split.constexprs["TRIGGER_COMBINE"] and split.constexprs["SPLIT_KV"]
-    assert combine.constexprs["WAIT_PRIMARY"] and combine.options["launch_pdl"]
-    [unsplit] = planned("hopper", num_splits=1)
-    assert not unsplit.constexprs.get("TRIGGER_COMBINE")
-    for launch in planned("ampere") + planned("hopper", device="cpu"):
-        assert not launch.constexprs.get("TRIGGER_COMBINE") and not launch.constexprs.get("WAIT_PRIMARY")
-        assert "launch_pdl" not in launch.options
-    if ON_GPU and torch.cuda.get_device_capability()[0] >= 9 and not torch.version.hip:
-        atol, rtol = TOLERANCES[torch.bfloat16]
-        check_against_reference(inputs, atol, rtol, causal=True, num_splits=3)
-        fp8 = make_inputs([1, 1, 4], [3000, 17, 1025], num_heads=(8, 2), head_size=128,
-                          kv_dtype=torch.float8_e4m3fn, kv_layout="paged")  # fmt: skip
-        check_low_precision(fp8, causal=True, num_splits=5)
-
-
 def test_keys_as_rows_tile_is_hoppers_default_at_head_size_128():
     """The tile won every round on the H200 (session 21, kernel/PERF_NOTES.md) and passed its GPU suite: Hopper's
     decode config at head sizes that pad to 128 hands it the calls it covers; other rows keep their own tiles."""

@@ -6,10 +6,11 @@ sm_90 instead).
 """
 
 import json
+import random
 
 import pytest
 import torch
-from attn_testing import ON_GPU, check_low_precision, fp8_descale, make_inputs, scaled
+from attn_testing import ON_GPU, check_low_precision, fp8_descale, make_inputs, run_kernel, scaled
 
 from tritonfa.kernels import attention_hopper_decode
 from tritonfa.kernels.attention import decode_q_fp8_terms, plan_attention
@@ -95,3 +96,24 @@ def test_gluon_decode_with_eight_q_heads_per_kv_head(monkeypatch):
                          head_size=128, kv_dtype=FP8, kv_layout="paged")  # fmt: skip
     assert _planned(inputs, max_seqlen_q=inputs.max_seqlen_q) == [GLUON_DECODE]
     check_low_precision(inputs, causal=True, num_splits=1)
+
+
+@pytest.mark.skipif(not ON_HOPPER, reason="the Gluon decode runs on Hopper only (CI cross-compiles it)")
+def test_new_batch_sizes_and_lengths_do_not_recompile_the_gluon_decode():
+    """Token counts (some 16-divisible), cache sizes, block-table widths and lse rows change per batch: after one
+    call, none of them may compile a new variant (vLLM warms up once; a compile while serving is a latency spike)."""
+    kernel = attention_hopper_decode.attention_decode_hopper_kernel
+
+    def call(batch):
+        seqlens_k = [random.randint(1, scaled(300, 3000)) for _ in range(batch)]
+        inputs = make_inputs([1] * batch, seqlens_k, num_heads=(32, 8), head_size=128, kv_dtype=FP8,
+                             kv_layout="paged")  # fmt: skip
+        assert _planned(inputs, max_seqlen_q=1) == [GLUON_DECODE]
+        out, lse = run_kernel(inputs, causal=True, num_splits=1, return_softmax_lse=True)
+        assert not out.isnan().any() and not lse.isnan().any()
+
+    call(3)
+    before = sum(len(entry[0]) for entry in kernel.device_caches.values())
+    for batch in (16, 1, 32, 7, 48, 64):
+        call(batch)
+    assert sum(len(entry[0]) for entry in kernel.device_caches.values()) == before, "a new batch compiled a variant"

@@ -54,10 +54,6 @@ class AttentionConfig:
     # tile for the head size and the call has a bf16 or fp8 q (an fp16 q keeps its exact fp16 dot), that tile runs
     # it; other calls keep this config's tile with the setting off
     decode_keys_as_rows: bool | str = False
-    # split-KV decode on NVIDIA sm_90+: the combine launch is a programmatic dependent of the split launch (each
-    # split program triggers it at its start, it waits for the split results), so its launch overlaps the split
-    # launch's last programs. Opt-in until measured (decode b8x32768: 0.256 vs FA3 0.254 ms, H200 session 15)
-    decode_split_pdl: bool = False
     # Hopper decode: fp8-KV paged decode calls the Gluon decode kernel covers (kernels/attention_hopper_decode.py: a
     # producer warp keeps decode_gluon_stages 64-key blocks of K/V in flight through TMA) go there (Hopper D 128:
     # on, see _KEYS_AS_ROWS_DECODE; 2 stages: 3 and 4 were slower, more shared memory per program)

@@ -158,9 +158,10 @@ def cross_compile_specs(arch: str) -> list[dict[str, Any]]:
         # its "tile" form: configs._KEYS_AS_ROWS_DECODE's tile, 64-key blocks, ptxas held to 128 registers)
         keys_as_rows = {"hopper": {"decode_keys_as_rows": True}}
         plans.append((functools.partial(_plan_with_override, json.dumps(keys_as_rows)), (True,)))
-        # the split-KV combine as a programmatic dependent launch (config `decode_split_pdl`)
-        split_pdl = {"hopper": {"decode_split_pdl": True}}
-        plans.append((functools.partial(_plan_with_override, json.dumps(split_pdl)), (True,)))
+        # the keys-as-rows tile for the paged fp8-KV decode calls the Gluon decode (default) takes: they keep it
+        # with decode_gluon off, and where the Gluon decode does not go (a split)
+        portable_decode = {"hopper": {"decode_gluon": False}}
+        plans.append((functools.partial(_plan_with_override, json.dumps(portable_decode)), (True,)))
     combos = [
         (head_dim, variant, decode, plan)
         for plan, decodes in plans
@@ -169,8 +170,11 @@ def cross_compile_specs(arch: str) -> list[dict[str, Any]]:
     for head_dim, variant, decode, plan in combos:
         inputs = _meta_inputs(arch, head_dim=head_dim, decode=decode, **variant)
         for launch in plan(**inputs):
-            if attention_hopper.HAS_GLUON and launch.fn is attention_hopper.attention_fwd_hopper_kernel:
-                continue  # Gluon: compiled from bound arguments, every variant in _hopper_prefill_specs
+            if attention_hopper.HAS_GLUON and launch.fn in (
+                attention_hopper.attention_fwd_hopper_kernel,
+                attention_hopper_decode.attention_decode_hopper_kernel,
+            ):
+                continue  # Gluon: compiled from bound arguments, in _hopper_prefill_specs / _hopper_decode_specs
             signature, constexprs, attrs = _signature(launch)
             c = launch.constexprs
             name = (
@@ -198,7 +202,6 @@ def cross_compile_specs(arch: str) -> list[dict[str, Any]]:
                 + (" PREFETCH_IDS" if c.get("PREFETCH_BLOCK_IDS") and c.get("BLOCK_M", 0) < 64 else "")
                 + (" KEYS_AS_ROWS" if c.get("KEYS_AS_ROWS") else "")
                 + (" Q_SPLIT" if c.get("Q_SPLIT") else "")
-                + (" PDL" if c.get("TRIGGER_COMBINE") or c.get("WAIT_PRIMARY") else "")
                 + f" w{launch.options['num_warps']} s{launch.options['num_stages']}]"
             )
             # The sequence filter of a mixed batch's two launches changes a few scalar branches: one of

@@ -29,7 +29,6 @@ from typing import Any
 import torch
 import triton
 import triton.language as tl
-from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 from tritonfa.configs import (
@@ -482,12 +481,7 @@ def attention_fwd_kernel(
     SEQ_FILTER: tl.constexpr,  # 0: every sequence; 1: only seqlen_q > DECODE_MAX_Q; 2: only seqlen_q <= DECODE_MAX_Q
     TILES_PER_SEQ: tl.constexpr,  # 0: tiles packed over cu_seqlens_q; > 0: program_id(0) // TILES_PER_SEQ = sequence
     DECODE_MAX_Q: tl.constexpr,
-    # SPLIT_KV with programmatic dependent launch (NVIDIA): every program lets the combine launch start; it waits
-    # (gdc_wait) for this grid's results, so its launch overlaps the last programs instead of following them
-    TRIGGER_COMBINE: tl.constexpr,
 ):
-    if TRIGGER_COMBINE:
-        gdc_launch_dependents()
     TOKENS_PER_TILE: tl.constexpr = BLOCK_M // H_PACK
     tile_id = tl.program_id(0)
     i_hc = tl.program_id(1)
@@ -716,10 +710,7 @@ def combine_splits_kernel(
     RETURN_LSE: tl.constexpr,
     OUT_MAX: tl.constexpr,
     SPLITS_PER_STEP: tl.constexpr,
-    WAIT_PRIMARY: tl.constexpr,  # launched as a programmatic dependent of the split launch: wait for it
 ):
-    if WAIT_PRIMARY:
-        gdc_wait()
     i_tok = tl.program_id(0).to(tl.int64)
     i_head = tl.program_id(1)
     # Rows of no sequence (padding past cu_seqlens_q[-1]) have no partial results: leave them as they are.
@@ -1169,8 +1160,6 @@ def _plan_launch(
     if num_splits == 0:
         num_splits = _auto_num_splits(q.device, num_seqs * grid[1], max_seqlen_k, config.block_n)
     split_kv = num_splits > 1
-    # the combine as a programmatic dependent launch (config `decode_split_pdl`; NVIDIA sm_90+, not the interpreter)
-    pdl = split_kv and config.decode_split_pdl and arch in ("hopper", "blackwell") and q.device.type in ("cuda", "meta")
     if split_kv:
         grid = (*grid, num_splits)
         split_out = torch.empty((num_splits, total_q, num_q_heads, head_dim_v), dtype=torch.float32, device=q.device)
@@ -1312,7 +1301,6 @@ def _plan_launch(
         SEQ_FILTER=seq_filter,
         TILES_PER_SEQ=tiles_per_seq,
         DECODE_MAX_Q=DECODE_MAX_SEQLEN_Q,
-        TRIGGER_COMBINE=pdl,
     )  # fmt: skip
     launches = [KernelLaunch(attention_fwd_kernel, grid, args, constexprs, config.launch_options(arch))]
     if split_kv:
@@ -1338,11 +1326,8 @@ def _plan_launch(
             RETURN_LSE=lse is not None,
             OUT_MAX=out_max,
             SPLITS_PER_STEP=8,
-            WAIT_PRIMARY=pdl,
         )
         combine_options = {"num_warps": 4, "num_stages": 1}
-        if pdl:
-            combine_options["launch_pdl"] = True
         launches.append(
             KernelLaunch(
                 combine_splits_kernel, (total_q, num_q_heads), combine_args, combine_constexprs, combine_options

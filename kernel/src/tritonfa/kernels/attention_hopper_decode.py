@@ -252,7 +252,12 @@ if HAS_GLUON:
             lse = gl.convert_layout(lse, gl.SliceLayout(1, q_layout))
             gl.store(lse_ptr + q_head.to(gl.int64) * stride_lse_head + i_q_tok, lse, mask=row_valid)
 
-    @gluon.jit
+    # lengths, counts and the widths they set change per batch: not specialized (see attention_fwd_hopper_kernel)
+    @gluon.jit(
+        do_not_specialize=[
+            "softmax_scale", "total_q", "num_cache_blocks", "max_blocks", "stride_bt_seq", "stride_lse_head",
+        ]
+    )  # fmt: skip
     def attention_decode_hopper_kernel(
         q_ptr,  # [total_q, Hq, D] bf16
         k_desc,  # K's paged TMA view (attention_hopper.paged_tma_view) in boxes [min(PAGE_SIZE, BLOCK_N), D]
