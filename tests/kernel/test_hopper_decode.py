@@ -39,8 +39,8 @@ def _planned(inputs, **kwargs) -> list[str]:
 
 @pytest.mark.skipif(not attention_hopper_decode.HAS_GLUON, reason="this triton has no Gluon")
 def test_the_launcher_sends_only_covered_decode_calls_to_gluon(monkeypatch):
-    """decode_gluon (Hopper's default): a bf16 q with e4m3 paged K/V at D 128 and q-len x group <= 16 goes to the
-    Gluon decode; every other call keeps the portable kernel (and with the setting off, every call does)."""
+    """decode_gluon (Hopper's default): a bf16 or e4m3 q with e4m3 paged K/V at D 128 and q-len x group <= 16 goes
+    to the Gluon decode; every other call keeps the portable kernel (and with the setting off, every call does)."""
     inputs = make_inputs([1, 1, 1], [40, 17, 0], num_heads=(8, 2), head_size=128, kv_dtype=FP8, kv_layout="paged")
     assert _planned(inputs) == [GLUON_DECODE]
     monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"decode_gluon": False}}))
@@ -49,9 +49,13 @@ def test_the_launcher_sends_only_covered_decode_calls_to_gluon(monkeypatch):
     assert _planned(inputs) == [GLUON_DECODE]
     scale = torch.ones((), dtype=torch.float32)
     assert _planned(inputs, k_descale=scale, v_descale=scale) == [GLUON_DECODE]
-    # features it does not cover, a split, a q descale
+    # vLLM's fp8-cache decode: q quantized to e4m3 with its descale, a bf16 out
+    fp8_q = make_inputs([1, 2], [40, 17], num_heads=(8, 2), head_size=128, dtype=FP8, kv_dtype=FP8, kv_layout="paged")
+    assert _planned(fp8_q, q_descale=scale, k_descale=scale, v_descale=scale) == [GLUON_DECODE]
+    assert decode_q_fp8_terms(fp8_q.q, fp8_q.k, fp8_q.v, arch="hopper") == 0  # one native fp8 term
+    # features it does not cover, a split, an fp8 output
     for kwargs in ({"softcap": 30.0}, {"window_left": 8}, {"alibi_slopes": torch.ones(8)}, {"num_splits": 2},
-                   {"s_aux": torch.zeros(8)}, {"q_descale": scale}):  # fmt: skip
+                   {"s_aux": torch.zeros(8)}, {"out": torch.empty(inputs.q.shape, dtype=FP8)}):  # fmt: skip
         assert GLUON_DECODE not in _planned(inputs, **kwargs), kwargs
     # rows past 16 (q-len 8 x group 4), 16-bit K/V, D 64, contiguous K/V, pages of one key, an fp16 q
     others = [
@@ -86,6 +90,20 @@ def test_gluon_decode_matches_the_reference(monkeypatch, stages, block_size):
     k_descale, v_descale = fp8_descale("per_head", len(seqlens_q), 2), fp8_descale("scalar", len(seqlens_q), 2)
     check_low_precision(inputs, causal=True, num_splits=1, k_descale=k_descale, v_descale=v_descale)
     check_low_precision(inputs, causal=False, num_splits=1)
+
+
+@pytest.mark.skipif(not ON_HOPPER, reason="the Gluon decode runs on Hopper only (CI cross-compiles it)")
+@pytest.mark.parametrize("descale", ["scalar", "per_head"])
+def test_gluon_decode_with_an_fp8_q(descale):
+    """What vLLM sends for an fp8 cache: q quantized to e4m3 with its descale (one fp8 QK term, no split), K/V
+    descales, a bf16 out; NaN-poisoned cache slots, empty and short contexts, q-len up to 4."""
+    seqlens_q, seqlens_k = [1, 2, 1, 4, 1], [scaled(300, 2000), 64, 0, 17, scaled(129, 1025)]
+    inputs = make_inputs(seqlens_q, seqlens_k, num_heads=(8, 2), head_size=128, dtype=FP8, kv_dtype=FP8,
+                         kv_layout="paged")  # fmt: skip
+    scales = {name: fp8_descale(descale, len(seqlens_q), 2) for name in ("q_descale", "k_descale", "v_descale")}
+    assert _planned(inputs, max_seqlen_q=inputs.max_seqlen_q, **scales) == [GLUON_DECODE]
+    check_low_precision(inputs, causal=True, num_splits=1, **scales)
+    check_low_precision(inputs, causal=False, num_splits=1, q_descale=scales["q_descale"])
 
 
 @pytest.mark.skipif(not ON_HOPPER, reason="the Gluon decode runs on Hopper only (CI cross-compiles it)")

@@ -228,21 +228,26 @@ def cross_compile_specs(arch: str) -> list[dict[str, Any]]:
 
 def _hopper_decode_specs() -> list[dict[str, Any]]:
     """The Gluon fp8-KV decode (config `decode_gluon`): ring depths 2 / 3 / 4 with 16-key pages, pages of 64 and
-    256 keys, with and without lse, K lengths from seqused_k (causal) or cu_seqlens_k (not causal)."""
+    256 keys, with and without lse, K lengths from seqused_k (causal) or cu_seqlens_k (not causal); a bf16 q, and an
+    e4m3 q with its descale (what vLLM sends for an fp8 cache) into a bf16 out."""
     specs = []
-    for stages, page_size, with_lse, seqused in ((2, 16, True, True), (3, 16, False, True), (4, 16, True, False),
-                                                 (2, 64, False, True), (2, 256, True, True)):  # fmt: skip
-        inputs = _meta_inputs("hopper", torch.bfloat16, torch.float8_e4m3fn, 128, paged=True, decode=True,
+    for stages, page_size, with_lse, seqused, q_dtype in (
+        (2, 16, True, True, torch.bfloat16), (3, 16, False, True, torch.bfloat16),
+        (4, 16, True, False, torch.bfloat16), (2, 64, False, True, torch.bfloat16),
+        (2, 256, True, True, torch.bfloat16), (2, 16, False, True, torch.float8_e4m3fn),
+    ):  # fmt: skip
+        inputs = _meta_inputs("hopper", q_dtype, torch.float8_e4m3fn, 128, paged=True, decode=True,
                               features=False, page_size=page_size)  # fmt: skip
+        out = torch.empty(inputs["q"].shape, dtype=torch.bfloat16, device="meta")
         lse = torch.empty(inputs["q"].shape[1::-1], dtype=torch.float32, device="meta") if with_lse else None
         cu_seqlens_k = None if seqused else inputs["cu_seqlens_q"]
         fn, _, args, constexprs, options = attention_hopper_decode.plan_hopper_decode(
-            inputs["q"], inputs["k"], inputs["v"], inputs["out"], lse, inputs["cu_seqlens_q"], cu_seqlens_k,
-            inputs["seqused_k"] if seqused else None, inputs["block_table"], 0.125, seqused, inputs["k_descale"],
-            inputs["v_descale"], stages,
+            inputs["q"], inputs["k"], inputs["v"], out, lse, inputs["cu_seqlens_q"], cu_seqlens_k,
+            inputs["seqused_k"] if seqused else None, inputs["block_table"], 0.125, seqused, inputs["q_descale"],
+            inputs["k_descale"], inputs["v_descale"], stages,
         )  # fmt: skip
         name = (f"{fn.__name__}[hopper d128 FP8_KV STAGES={stages} PAGE_SIZE={page_size} RETURN_LSE={with_lse} "
-                f"HAS_SEQUSED={seqused} CAUSAL={seqused}]")  # fmt: skip
+                f"HAS_SEQUSED={seqused} CAUSAL={seqused}{' Q_FP8' if constexprs['Q_FP8'] else ''}]")  # fmt: skip
         specs.append(dict(name=name, fn=fn, bound_args=args, constexprs=constexprs, options=options, gluon=True))
     return specs
 

@@ -877,7 +877,8 @@ def decode_q_fp8_terms(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, arch: 
     block_d, block_dv, element_bytes = _tile_dims(q, k, v)
     config = _decode_config(arch, q, k, v, max(block_d, block_dv), element_bytes)
     if arch == "hopper" and config.decode_gluon and attention_hopper_decode.covers_tensors(q, k, v):
-        return 2  # the Gluon decode (where it covers the call) splits a bf16 q into two e4m3 terms too
+        # the Gluon decode (where it covers the call) splits a bf16 q into two e4m3 terms too; an e4m3 q is K's type
+        return 2 if q.dtype != k.dtype else 0
     return _q_fp8_terms(arch, config, q, k, v)
 
 
@@ -1084,7 +1085,7 @@ def _plan_hopper_decode(
     return KernelLaunch(
         *attention_hopper_decode.plan_hopper_decode(
             q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, softmax_scale, window_right == 0,
-            k_descale, v_descale, config.decode_gluon_stages,
+            q_descale, k_descale, v_descale, config.decode_gluon_stages,
         )
     )  # fmt: skip
 

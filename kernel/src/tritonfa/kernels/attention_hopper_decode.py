@@ -6,19 +6,20 @@ is 46% of its stall cycles, DRAM 73%); holding the next block in registers inste
 the copies live in shared memory: a 1-warp producer issues TMA boxes (one per page run) for up to STAGES blocks
 ahead, whatever the consumer is doing.
 
-Scope (`supports`): a bf16 q, e4m3 K/V in vLLM's paged layout that `paged_tma_view` describes, D 128 for q, K and V,
-pages of >= 16 keys, decode rows (q-len x group <= 16 per sequence), causal (bottom-right) or not, optional K/V
-descales, optional lse; no window,
-softcap, ALiBi, bias, sinks, q descale or output scale, no split-KV. Everything else stays on the portable kernel,
+Scope (`supports`): a bf16 q, or an e4m3 q with its descale (vLLM quantizes q for an fp8 cache), e4m3 K/V in
+vLLM's paged layout that `paged_tma_view` describes, D 128 for q, K and V, pages of >= 16 keys, decode rows (q-len x
+group <= 16 per sequence), causal (bottom-right) or not, optional K/V descales, optional lse; no window, softcap,
+ALiBi, bias, sinks or output scale, no split-KV. Everything else stays on the portable kernel,
 which is also this kernel's CPU/ROCm twin (Gluon does not run in Triton's interpreter).
 
 Per program (one sequence x one KV head; the group's q heads x q-len are the 16 rows):
 - producer warp: page ids one block ahead, then per 64-key block the K and V boxes of its pages into ring slot
   j % STAGES, each slot's ready barrier armed with its byte count; waits for a slot the consumer handed back;
-- consumer warpgroup: q split into two e4m3 terms (hi + the rest: a bf16 q exactly), per row scaled by a power of
-  two; S^T = K q^T as two fp8 wgmmas (the keys are the MMA's 64 rows, K read from the slot as stored); the softmax
-  over the keys; P into shared memory as fp16; V widened fp8 -> fp16 in registers and transposed into the A operand
-  of O^T += V^T P^T (a 16-bit wgmma); the slot handed back once V is read.
+- consumer warpgroup: a bf16 q split into two e4m3 terms (hi + the rest: a bf16 q exactly), per row scaled by a
+  power of two (an e4m3 q is one term as it is); S^T = K q^T as one fp8 wgmma per term (the keys are the MMA's 64
+  rows, K read from the slot as stored); the softmax over the keys; P into shared memory as fp16; V widened fp8 ->
+  fp16 in registers and transposed into the A operand of O^T += V^T P^T (a 16-bit wgmma); the slot handed back once
+  V is read.
 """
 
 from __future__ import annotations
@@ -54,11 +55,11 @@ LAUNCH_REGS = 64
 
 
 def covers_tensors(q, k, v) -> bool:
-    """The q / K / V types and head size this kernel computes: a bf16 q (split into two e4m3 terms), e4m3 K and V,
-    D 128 (the test oracle bounds the fp8 QK error from this)."""
+    """The q / K / V types and head size this kernel computes: a bf16 q (split into two e4m3 terms) or an e4m3 q,
+    e4m3 K and V, D 128 (the test oracle bounds the fp8 QK error from this)."""
     return (
         FP8_E4M3 is not None
-        and q.dtype == torch.bfloat16
+        and q.dtype in (torch.bfloat16, FP8_E4M3)
         and k.dtype == FP8_E4M3
         and v.dtype == FP8_E4M3
         and q.shape[-1] == k.shape[-1] == v.shape[-1] == HEAD_DIM
@@ -81,7 +82,7 @@ def supports(q, k, v, out, block_table, max_seqlen_q: int, features: dict, page_
         and (page_size % BLOCK_N == 0 or BLOCK_N % page_size == 0)
         and num_q_heads % num_kv_heads == 0
         and max(max_seqlen_q, 1) * (num_q_heads // num_kv_heads) <= BLOCK_M
-        and not any(on for name, on in features.items() if name not in ("k_descale", "v_descale"))
+        and not any(on for name, on in features.items() if name not in ("q_descale", "k_descale", "v_descale"))
         and attention_hopper.paged_tma_view(k) is not None
         and attention_hopper.paged_tma_view(v) is not None
     )
@@ -133,12 +134,14 @@ if HAS_GLUON:
 
     @gluon.jit
     def _decode_consumer(k_bufs, v_bufs, q_hi_smem, q_lo_smem, p_smem, ready, empty, q_ptr, out_ptr, lse_ptr,
-                         cu_seqlens_q_ptr, seqused_k_ptr, cu_seqlens_k_ptr, k_descale_ptr, v_descale_ptr,
-                         softmax_scale, max_blocks, total_q, stride_q_tok, stride_q_head, stride_o_tok, stride_o_head,
-                         stride_lse_head, stride_kdesc_seq, stride_kdesc_head, stride_vdesc_seq, stride_vdesc_head,
+                         cu_seqlens_q_ptr, seqused_k_ptr, cu_seqlens_k_ptr, q_descale_ptr, k_descale_ptr,
+                         v_descale_ptr, softmax_scale, max_blocks, total_q, stride_q_tok, stride_q_head, stride_o_tok,
+                         stride_o_head, stride_lse_head, stride_qdesc_seq, stride_qdesc_head, stride_kdesc_seq,
+                         stride_kdesc_head, stride_vdesc_seq, stride_vdesc_head,
                          GROUP: gl.constexpr, PAGE_SIZE: gl.constexpr, HAS_SEQUSED: gl.constexpr,
-                         HAS_K_DESCALE: gl.constexpr, HAS_V_DESCALE: gl.constexpr, RETURN_LSE: gl.constexpr,
-                         CAUSAL: gl.constexpr, num_warps: gl.constexpr):  # fmt: skip
+                         Q_FP8: gl.constexpr, HAS_Q_DESCALE: gl.constexpr, HAS_K_DESCALE: gl.constexpr,
+                         HAS_V_DESCALE: gl.constexpr, RETURN_LSE: gl.constexpr, CAUSAL: gl.constexpr,
+                         num_warps: gl.constexpr):  # fmt: skip
         STAGES: gl.constexpr = k_bufs.type.shape[0]
         BLOCK_N: gl.constexpr = k_bufs.type.shape[1]
         HEAD_DIM: gl.constexpr = k_bufs.type.shape[2]
@@ -170,29 +173,33 @@ if HAS_GLUON:
         row_valid = (q_idx < seq_q_len) & (o_row < GROUP * (BLOCK_M // GROUP)) & (i_q_tok < total_q)
         q_head = kv_head * GROUP + o_row % GROUP
         p_q = q_ptr + gl.expand_dims(i_q_tok * stride_q_tok + q_head * stride_q_head, 1) + gl.expand_dims(o_d, 0)
-        b_q = gl.load(p_q, mask=gl.expand_dims(row_valid, 1), other=0.0).to(gl.float32)  # [BM, D]
-        # each row scaled by a power of two into e4m3's range, then hi + the rest as two e4m3 terms; the scale moves
-        # into the scores exactly
-        q_amax = gl.max(gl.abs(b_q), axis=1)
-        q_row_scale = gl.where(q_amax > 0.0, gl.exp2(gl.ceil(gl.log2(gl.maximum(q_amax, 1e-30) / E4M3_MAX))), 1.0)
-        b_q = b_q * gl.expand_dims(1.0 / q_row_scale, 1)
-        # hi rounded onto e4m3's grid in fp32 (3 mantissa bits, subnormal step 2^-9), so the rest is exact in fp32:
-        # reading hi back from fp8 (.to(float32)) gave wrong values in this kernel (H200, triton 3.6; the same
-        # conversions are right alone), every row wrong and some NaN
-        q_step = gl.exp2(gl.maximum(gl.floor(gl.log2(gl.maximum(gl.abs(b_q), 1e-30))), -6.0) - 3.0)
-        q_hi_f32 = gl.extra.libdevice.rint(b_q / q_step) * q_step
-        q_hi = q_hi_f32.to(gl.float8e4nv)
-        q_lo = (b_q - q_hi_f32).to(gl.float8e4nv)
-        q_hi_smem.store(q_hi)
-        q_lo_smem.store(q_lo)
-        fence_async_shared()  # the generic-proxy stores before the wgmma's async-proxy reads
-        _thread_barrier()  # every warp's rows before the warpgroup's QK
-
         qk_scale = softmax_scale
+        if HAS_Q_DESCALE:
+            qk_scale = qk_scale * gl.load(q_descale_ptr + seq * stride_qdesc_seq + kv_head * stride_qdesc_head)
         if HAS_K_DESCALE:
             qk_scale = qk_scale * gl.load(k_descale_ptr + seq * stride_kdesc_seq + kv_head * stride_kdesc_head)
-        # scores in log2 units per column (row of q)
-        fold = gl.convert_layout(q_row_scale, col_layout) * (qk_scale * LOG2E)
+        if Q_FP8:
+            # an e4m3 q (vLLM quantizes q for an fp8 cache) is the one term as it is; its descale is in qk_scale
+            q_hi_smem.store(gl.load(p_q, mask=gl.expand_dims(row_valid, 1), other=0.0))
+            fold = gl.full([BLOCK_M], qk_scale * LOG2E, gl.float32, col_layout)  # scores in log2 units per column
+        else:
+            b_q = gl.load(p_q, mask=gl.expand_dims(row_valid, 1), other=0.0).to(gl.float32)  # [BM, D]
+            # each row scaled by a power of two into e4m3's range, then hi + the rest as two e4m3 terms; the scale
+            # moves into the scores exactly
+            q_amax = gl.max(gl.abs(b_q), axis=1)
+            q_row_scale = gl.where(q_amax > 0.0, gl.exp2(gl.ceil(gl.log2(gl.maximum(q_amax, 1e-30) / E4M3_MAX))), 1.0)
+            b_q = b_q * gl.expand_dims(1.0 / q_row_scale, 1)
+            # hi rounded onto e4m3's grid in fp32 (3 mantissa bits, subnormal step 2^-9), so the rest is exact in
+            # fp32: reading hi back from fp8 (.to(float32)) gave wrong values in this kernel (H200, triton 3.6; the
+            # same conversions are right alone), every row wrong and some NaN
+            q_step = gl.exp2(gl.maximum(gl.floor(gl.log2(gl.maximum(gl.abs(b_q), 1e-30))), -6.0) - 3.0)
+            q_hi_f32 = gl.extra.libdevice.rint(b_q / q_step) * q_step
+            q_hi_smem.store(q_hi_f32.to(gl.float8e4nv))
+            q_lo_smem.store((b_q - q_hi_f32).to(gl.float8e4nv))
+            # scores in log2 units per column (row of q)
+            fold = gl.convert_layout(q_row_scale, col_layout) * (qk_scale * LOG2E)
+        fence_async_shared()  # the generic-proxy stores before the wgmma's async-proxy reads
+        _thread_barrier()  # every warp's rows before the warpgroup's QK
 
         m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, col_layout)
         l_i = gl.zeros([BLOCK_M], gl.float32, col_layout)
@@ -213,7 +220,8 @@ if HAS_GLUON:
             mbarrier.wait(ready.index(2 * s), phase)
             k_tile = k_bufs.index(s)
             tok = warpgroup_mma(k_tile, q_hi_smem.permute((1, 0)), s_zero, use_acc=False, is_async=True)
-            tok = warpgroup_mma(k_tile, q_lo_smem.permute((1, 0)), tok, is_async=True)
+            if not Q_FP8:
+                tok = warpgroup_mma(k_tile, q_lo_smem.permute((1, 0)), tok, is_async=True)
             # V widened while the QK wgmmas run: keys past the sequence zeroed (a stale slot may hold NaN)
             mbarrier.wait(ready.index(2 * s + 1), phase)
             b_v = v_bufs.index(s).load(v_layout).to(gl.float16)  # [BN, D]
@@ -259,7 +267,7 @@ if HAS_GLUON:
         ]
     )  # fmt: skip
     def attention_decode_hopper_kernel(
-        q_ptr,  # [total_q, Hq, D] bf16
+        q_ptr,  # [total_q, Hq, D] bf16, or e4m3 (Q_FP8)
         k_desc,  # K's paged TMA view (attention_hopper.paged_tma_view) in boxes [min(PAGE_SIZE, BLOCK_N), D]
         v_desc,  # V's likewise
         out_ptr,  # [total_q, Hq, D]
@@ -268,7 +276,8 @@ if HAS_GLUON:
         cu_seqlens_k_ptr,  # [batch + 1] int32 (without HAS_SEQUSED)
         seqused_k_ptr,  # [batch] int32 (HAS_SEQUSED)
         block_table_ptr,  # [batch, max_blocks] int32
-        k_descale_ptr,  # fp32, [batch | broadcast, Hk | broadcast] (HAS_K_DESCALE); likewise v
+        q_descale_ptr,  # fp32, [batch | broadcast, Hk | broadcast] (HAS_Q_DESCALE); likewise k and v
+        k_descale_ptr,
         v_descale_ptr,
         softmax_scale,
         total_q,
@@ -280,6 +289,8 @@ if HAS_GLUON:
         stride_o_tok,
         stride_o_head,
         stride_lse_head,
+        stride_qdesc_seq,
+        stride_qdesc_head,
         stride_kdesc_seq,
         stride_kdesc_head,
         stride_vdesc_seq,
@@ -294,6 +305,8 @@ if HAS_GLUON:
         PAGE_SIZE: gl.constexpr,
         STAGES: gl.constexpr,
         HAS_SEQUSED: gl.constexpr,
+        Q_FP8: gl.constexpr,
+        HAS_Q_DESCALE: gl.constexpr,
         HAS_K_DESCALE: gl.constexpr,
         HAS_V_DESCALE: gl.constexpr,
         RETURN_LSE: gl.constexpr,
@@ -319,10 +332,11 @@ if HAS_GLUON:
             [
                 (_decode_consumer, (
                     k_bufs, v_bufs, q_hi_smem, q_lo_smem, p_smem, ready, empty, q_ptr, out_ptr, lse_ptr,
-                    cu_seqlens_q_ptr, seqused_k_ptr, cu_seqlens_k_ptr, k_descale_ptr, v_descale_ptr, softmax_scale,
-                    max_blocks, total_q, stride_q_tok, stride_q_head, stride_o_tok, stride_o_head, stride_lse_head,
-                    stride_kdesc_seq, stride_kdesc_head, stride_vdesc_seq, stride_vdesc_head, GROUP, PAGE_SIZE,
-                    HAS_SEQUSED, HAS_K_DESCALE, HAS_V_DESCALE, RETURN_LSE, CAUSAL, gl.num_warps())),
+                    cu_seqlens_q_ptr, seqused_k_ptr, cu_seqlens_k_ptr, q_descale_ptr, k_descale_ptr, v_descale_ptr,
+                    softmax_scale, max_blocks, total_q, stride_q_tok, stride_q_head, stride_o_tok, stride_o_head,
+                    stride_lse_head, stride_qdesc_seq, stride_qdesc_head, stride_kdesc_seq, stride_kdesc_head,
+                    stride_vdesc_seq, stride_vdesc_head, GROUP, PAGE_SIZE, HAS_SEQUSED, Q_FP8, HAS_Q_DESCALE,
+                    HAS_K_DESCALE, HAS_V_DESCALE, RETURN_LSE, CAUSAL, gl.num_warps())),
                 (_decode_producer, (
                     k_desc, v_desc, k_bufs, v_bufs, ready, empty, block_table_ptr, stride_bt_seq, num_cache_blocks,
                     max_blocks, seqused_k_ptr, cu_seqlens_k_ptr, k_rows_per_block, k_rows_per_head, k_cols_per_head,
@@ -339,7 +353,7 @@ def _box_layout(rows: int):
 
 
 def plan_hopper_decode(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, softmax_scale,
-                       causal: bool, k_descale, v_descale, stages: int):  # fmt: skip
+                       causal: bool, q_descale, k_descale, v_descale, stages: int):  # fmt: skip
     """(kernel, grid, args, constexprs, options) of one launch; the caller checked `supports`."""
     num_seqs = cu_seqlens_q.shape[0] - 1
     num_q_heads, num_kv_heads = q.shape[1], k.shape[2]
@@ -356,16 +370,19 @@ def plan_hopper_decode(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k,
         q, descriptors[0], descriptors[1], out, lse if lse is not None else out,
         cu_seqlens_q, cu_seqlens_k if cu_seqlens_k is not None else cu_seqlens_q,
         seqused_k if seqused_k is not None else cu_seqlens_q, block_table,
-        k_descale if k_descale is not None else q, v_descale if v_descale is not None else q,
+        q_descale if q_descale is not None else q, k_descale if k_descale is not None else q,
+        v_descale if v_descale is not None else q,
         softmax_scale, q.shape[0], k.shape[0], block_table.shape[1], block_table.stride(0),
         q.stride(0), q.stride(1), out.stride(0), out.stride(1), lse.stride(0) if lse is not None else 0,
-        *descale_strides(k_descale), *descale_strides(v_descale), *placements,
+        *descale_strides(q_descale), *descale_strides(k_descale), *descale_strides(v_descale), *placements,
     )  # fmt: skip
     constexprs = dict(
         GROUP=num_q_heads // num_kv_heads,
         PAGE_SIZE=page_size,
         STAGES=stages,
         HAS_SEQUSED=seqused_k is not None,
+        Q_FP8=q.dtype == FP8_E4M3,
+        HAS_Q_DESCALE=q_descale is not None,
         HAS_K_DESCALE=k_descale is not None,
         HAS_V_DESCALE=v_descale is not None,
         RETURN_LSE=lse is not None,
