@@ -150,6 +150,15 @@ DECODE_VARIANTS = {
     # "no-gluon-decode": the keys-as-rows tile it replaced
     "no-gluon-decode": {"decode_keys_as_rows": "tile", "decode_gluon": False},
     "gluon-decode-s2": {"decode_keys_as_rows": "tile", "decode_gluon": True, "decode_gluon_stages": 2},
+    # its leaner block step (sm_90 PTX: 24 block-wide barriers per 64-key block -> 9 -> 6): V read from its slot
+    # straight into the P@V operand layout; and P's row sums kept per thread, summed once after the loop
+    "gluon-v-from-slot": {"decode_keys_as_rows": "tile", "decode_gluon": True, "decode_gluon_v_from_slot": True},
+    "gluon-lean": {
+        "decode_keys_as_rows": "tile",
+        "decode_gluon": True,
+        "decode_gluon_v_from_slot": True,
+        "decode_gluon_row_sums_per_thread": True,
+    },
     "gluon-decode-s3": {"decode_keys_as_rows": "tile", "decode_gluon": True, "decode_gluon_stages": 3},
     "gluon-decode-s4": {"decode_keys_as_rows": "tile", "decode_gluon": True, "decode_gluon_stages": 4},
 }

@@ -107,6 +107,26 @@ def test_gluon_decode_with_an_fp8_q(descale):
 
 
 @pytest.mark.skipif(not ON_HOPPER, reason="the Gluon decode runs on Hopper only (CI cross-compiles it)")
+@pytest.mark.parametrize("row_sums_per_thread", [False, True])
+@pytest.mark.parametrize("q_dtype", [torch.bfloat16, FP8])
+def test_gluon_decode_with_v_read_from_its_slot(monkeypatch, q_dtype, row_sums_per_thread):
+    """The opt-in leaner block step (decode_gluon_v_from_slot, decode_gluon_row_sums_per_thread): V read from its
+    ring slot straight into the P@V operand layout (keys past the sequence zeroed there), row sums of P per thread;
+    NaN-poisoned pages of 16 and 64 keys, empty / one-key / block-edge / long contexts, q-len up to 4."""
+    _gluon_on(monkeypatch, decode_gluon_v_from_slot=True, decode_gluon_row_sums_per_thread=row_sums_per_thread)
+    seqlens_q, seqlens_k = [1, 4, 1, 1, 2, 3], [scaled(300, 2000), 17, 0, 1, 64, scaled(129, 4097)]
+    for block_size in (16, 64):
+        inputs = make_inputs(seqlens_q, seqlens_k, num_heads=(8, 2), head_size=128, dtype=q_dtype, kv_dtype=FP8,
+                             kv_layout="paged", block_size=block_size)  # fmt: skip
+        scales = {name: fp8_descale("per_head", len(seqlens_q), 2) for name in ("k_descale", "v_descale")}
+        if q_dtype == FP8:
+            scales["q_descale"] = fp8_descale("scalar", len(seqlens_q), 2)
+        assert _planned(inputs, max_seqlen_q=inputs.max_seqlen_q, **scales) == [GLUON_DECODE]
+        check_low_precision(inputs, causal=True, num_splits=1, **scales)
+        check_low_precision(inputs, causal=False, num_splits=1, **scales)
+
+
+@pytest.mark.skipif(not ON_HOPPER, reason="the Gluon decode runs on Hopper only (CI cross-compiles it)")
 def test_gluon_decode_with_eight_q_heads_per_kv_head(monkeypatch):
     """Group 8 (two q tokens fill the 16 rows), vLLM's default fp8 decode shape at b64 in miniature."""
     _gluon_on(monkeypatch)

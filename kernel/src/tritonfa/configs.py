@@ -59,6 +59,11 @@ class AttentionConfig:
     # on, see _KEYS_AS_ROWS_DECODE; 2 stages: 3 and 4 were slower, more shared memory per program)
     decode_gluon: bool = False
     decode_gluon_stages: int = 2
+    # Gluon decode, fewer block-wide barriers per 64-key block (sm_90 PTX: 24 -> 9, both: 6): V read from its slot
+    # straight into the P@V operand layout (byte loads) instead of a transposing convert through a 2 KB scratch in
+    # 8 rounds; the row sums of P kept per thread, summed over the keys once after the loop. Opt-in until measured
+    decode_gluon_v_from_slot: bool = False
+    decode_gluon_row_sums_per_thread: bool = False
     # Hopper prefill: calls the warp-specialized Gluon kernel covers (kernels/attention_hopper.py) go there
     warp_specialized: bool = False
     ws_pingpong: bool = True  # with warp_specialized: the two consumer warpgroups alternate their matmuls (FA3)

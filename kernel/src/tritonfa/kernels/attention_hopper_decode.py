@@ -141,6 +141,7 @@ if HAS_GLUON:
                          GROUP: gl.constexpr, PAGE_SIZE: gl.constexpr, HAS_SEQUSED: gl.constexpr,
                          Q_FP8: gl.constexpr, HAS_Q_DESCALE: gl.constexpr, HAS_K_DESCALE: gl.constexpr,
                          HAS_V_DESCALE: gl.constexpr, RETURN_LSE: gl.constexpr, CAUSAL: gl.constexpr,
+                         V_FROM_SLOT: gl.constexpr, ROW_SUMS_PER_THREAD: gl.constexpr,
                          num_warps: gl.constexpr):  # fmt: skip
         STAGES: gl.constexpr = k_bufs.type.shape[0]
         BLOCK_N: gl.constexpr = k_bufs.type.shape[1]
@@ -214,6 +215,9 @@ if HAS_GLUON:
             token = gl.expand_dims(gl.arange(0, BLOCK_M, layout=col_layout) // GROUP, 0)
             last_key = gl.minimum(last_key, seq_k_len - seq_q_len + token)
         o_key_v = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, v_layout))
+        o_key_vt = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, v_op_layout))
+        # ROW_SUMS_PER_THREAD: P^T summed elementwise, over the keys once after the loop (no cross-warp sum per block)
+        l_t = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, s_layout)
         for j in range(num_blocks):
             s = j % STAGES
             phase = (j // STAGES) & 1
@@ -224,9 +228,15 @@ if HAS_GLUON:
                 tok = warpgroup_mma(k_tile, q_lo_smem.permute((1, 0)), tok, is_async=True)
             # V widened while the QK wgmmas run: keys past the sequence zeroed (a stale slot may hold NaN)
             mbarrier.wait(ready.index(2 * s + 1), phase)
-            b_v = v_bufs.index(s).load(v_layout).to(gl.float16)  # [BN, D]
-            b_v = gl.where(gl.expand_dims(j * BLOCK_N + o_key_v < seq_k_len, 1), b_v, gl.zeros_like(b_v))
-            v_op = gl.convert_layout(gl.permute(b_v, (1, 0)), v_op_layout)  # V^T [D, BN], the A operand
+            if V_FROM_SLOT:
+                # read from the slot straight into the operand layout (byte loads, no barrier); the transposing
+                # convert below goes through a 2 KB scratch in 8 rounds of store / bar.sync / load / bar.sync
+                v_op = v_bufs.index(s).permute((1, 0)).load(v_op_layout).to(gl.float16)  # V^T [D, BN]
+                v_op = gl.where(gl.expand_dims(j * BLOCK_N + o_key_vt < seq_k_len, 0), v_op, gl.zeros_like(v_op))
+            else:
+                b_v = v_bufs.index(s).load(v_layout).to(gl.float16)  # [BN, D]
+                b_v = gl.where(gl.expand_dims(j * BLOCK_N + o_key_v < seq_k_len, 1), b_v, gl.zeros_like(b_v))
+                v_op = gl.convert_layout(gl.permute(b_v, (1, 0)), v_op_layout)  # V^T [D, BN], the A operand
             b_st = warpgroup_mma_wait(num_outstanding=0, deps=(tok,))
             _thread_barrier()  # every warp's reads of V's slot
             mbarrier.arrive(empty.index(s), count=1)  # K and V of this slot are read: the producer may refill it
@@ -237,7 +247,10 @@ if HAS_GLUON:
             m_safe = gl.where(m_new == float("-inf"), 0.0, m_new)
             alpha = gl.exp2(m_i - m_safe)
             b_pt = gl.exp2(b_st * gl.expand_dims(fold, 0) - gl.expand_dims(m_safe, 0))  # P^T [BN, BM]
-            l_i = l_i * alpha + gl.sum(b_pt, axis=0)
+            if ROW_SUMS_PER_THREAD:
+                l_t = l_t * gl.expand_dims(alpha, 0) + b_pt
+            else:
+                l_i = l_i * alpha + gl.sum(b_pt, axis=0)
             m_i = m_new
             p_smem.store(gl.permute(b_pt.to(gl.float16), (1, 0)))  # P [BM, BN]: keys contiguous
             fence_async_shared()
@@ -246,6 +259,8 @@ if HAS_GLUON:
             tok = warpgroup_mma(v_op, p_smem.permute((1, 0)), acc, is_async=True)
             acc = warpgroup_mma_wait(num_outstanding=0, deps=(tok,))
 
+        if ROW_SUMS_PER_THREAD:
+            l_i = gl.sum(l_t, axis=0)
         # rows that saw no key have l = 0 and O = 0: divide by 1 so they come out as 0, not NaN
         l_safe = gl.where(l_i == 0.0, 1.0, l_i)
         o_factor = 1.0 / l_safe
@@ -311,6 +326,8 @@ if HAS_GLUON:
         HAS_V_DESCALE: gl.constexpr,
         RETURN_LSE: gl.constexpr,
         CAUSAL: gl.constexpr,
+        V_FROM_SLOT: gl.constexpr,
+        ROW_SUMS_PER_THREAD: gl.constexpr,
     ):
         BLOCK_N: gl.constexpr = 64
         HEAD_DIM: gl.constexpr = k_desc.block_type.shape[1]
@@ -336,7 +353,8 @@ if HAS_GLUON:
                     softmax_scale, max_blocks, total_q, stride_q_tok, stride_q_head, stride_o_tok, stride_o_head,
                     stride_lse_head, stride_qdesc_seq, stride_qdesc_head, stride_kdesc_seq, stride_kdesc_head,
                     stride_vdesc_seq, stride_vdesc_head, GROUP, PAGE_SIZE, HAS_SEQUSED, Q_FP8, HAS_Q_DESCALE,
-                    HAS_K_DESCALE, HAS_V_DESCALE, RETURN_LSE, CAUSAL, gl.num_warps())),
+                    HAS_K_DESCALE, HAS_V_DESCALE, RETURN_LSE, CAUSAL, V_FROM_SLOT, ROW_SUMS_PER_THREAD,
+                    gl.num_warps())),
                 (_decode_producer, (
                     k_desc, v_desc, k_bufs, v_bufs, ready, empty, block_table_ptr, stride_bt_seq, num_cache_blocks,
                     max_blocks, seqused_k_ptr, cu_seqlens_k_ptr, k_rows_per_block, k_rows_per_head, k_cols_per_head,
@@ -353,7 +371,8 @@ def _box_layout(rows: int):
 
 
 def plan_hopper_decode(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, softmax_scale,
-                       causal: bool, q_descale, k_descale, v_descale, stages: int):  # fmt: skip
+                       causal: bool, q_descale, k_descale, v_descale, stages: int, v_from_slot: bool = False,
+                       row_sums_per_thread: bool = False):  # fmt: skip
     """(kernel, grid, args, constexprs, options) of one launch; the caller checked `supports`."""
     num_seqs = cu_seqlens_q.shape[0] - 1
     num_q_heads, num_kv_heads = q.shape[1], k.shape[2]
@@ -387,6 +406,8 @@ def plan_hopper_decode(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k,
         HAS_V_DESCALE=v_descale is not None,
         RETURN_LSE=lse is not None,
         CAUSAL=causal,
+        V_FROM_SLOT=v_from_slot,
+        ROW_SUMS_PER_THREAD=row_sums_per_thread,
     )
     grid = (num_seqs, num_kv_heads)
     # launched at 64 registers a thread (8 warps: the consumer warpgroup, the producer's): four programs per SM;
