@@ -38,7 +38,14 @@ import _harness as h
 
 # Kernel-name fragments per role (lower case). Anything else is "other".
 ATTENTION_KERNELS = {
-    "CUSTOM": ("attention_fwd_kernel", "combine_splits_kernel"),
+    # the portable kernel, the split combine, Hopper's Gluon prefill and decode, the fp8 K/V widening copy
+    "CUSTOM": (
+        "attention_fwd_kernel",
+        "combine_splits_kernel",
+        "attention_fwd_hopper_kernel",
+        "attention_decode_hopper_kernel",
+        "widen_kv_kernel",
+    ),
     "FLASH_ATTN": ("flash_fwd", "flashattnfwd", "flash::", "prepare_varlen", "flash_attn"),
     "TRITON_ATTN": ("kernel_unified_attention", "reduce_segments"),
 }

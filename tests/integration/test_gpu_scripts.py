@@ -47,6 +47,9 @@ def test_step_profile_summary():
     assert sp.kernel_role("void flash::FlashAttnFwdSm90<...>", "FLASH_ATTN") == "attention"
     assert sp.kernel_role("flash::prepare_varlen_num_blocks_kernel", "FLASH_ATTN") == "attention"
     assert sp.kernel_role("kernel_unified_attention_2d", "TRITON_ATTN") == "attention"
+    # every kernel tritonfa launches on Hopper (the Gluon prefill and decode are its defaults there)
+    for name in ("attention_fwd_hopper_kernel", "attention_decode_hopper_kernel", "widen_kv_kernel"):
+        assert sp.kernel_role(name, "CUSTOM") == "attention", name
 
 
 def test_step_profile_reads_torch_profiler_events():
