@@ -70,6 +70,10 @@ def test_the_launcher_sends_only_covered_decode_calls_to_gluon(monkeypatch):
     ]
     for other in others:
         assert GLUON_DECODE not in _planned(other, max_seqlen_q=other.max_seqlen_q)
+    # decode_gluon_split: a split call too, its partial results merged by the combine launch
+    _gluon_on(monkeypatch, decode_gluon_split=True)
+    assert _planned(inputs, num_splits=2) == [GLUON_DECODE, "combine_splits_kernel"]
+    assert _planned(inputs, num_splits=1) == [GLUON_DECODE]
     # the oracle bounds two fp8 QK terms on Hopper, as the kernel computes them
     assert decode_q_fp8_terms(inputs.q, inputs.k, inputs.v, arch="hopper") == 2
 
@@ -124,6 +128,28 @@ def test_gluon_decode_with_v_read_from_its_slot(monkeypatch, q_dtype, row_sums_p
         assert _planned(inputs, max_seqlen_q=inputs.max_seqlen_q, **scales) == [GLUON_DECODE]
         check_low_precision(inputs, causal=True, num_splits=1, **scales)
         check_low_precision(inputs, causal=False, num_splits=1, **scales)
+
+
+@pytest.mark.skipif(not ON_HOPPER, reason="the Gluon decode runs on Hopper only (CI cross-compiles it)")
+@pytest.mark.parametrize("q_dtype", [torch.bfloat16, FP8])
+def test_gluon_decode_split_kv(monkeypatch, q_dtype):
+    """decode_gluon_split: splits of a context's 64-key blocks (explicit counts, more splits than a short context
+    can use, and the automatic count), partial results merged by combine_splits_kernel; with lse, descales, empty
+    and one-key contexts, q-len up to 4, the leaner block step on and off."""
+    seqlens_q, seqlens_k = [1, 4, 1, 1, 2], [scaled(700, 5000), 17, 0, 1, scaled(300, 2000)]
+    inputs = make_inputs(seqlens_q, seqlens_k, num_heads=(8, 2), head_size=128, dtype=q_dtype, kv_dtype=FP8,
+                         kv_layout="paged")  # fmt: skip
+    scales = {name: fp8_descale("per_head", len(seqlens_q), 2) for name in ("k_descale", "v_descale")}
+    if q_dtype == FP8:
+        scales["q_descale"] = fp8_descale("scalar", len(seqlens_q), 2)
+    for lean in (False, True):
+        _gluon_on(monkeypatch, decode_gluon_split=True, decode_gluon_v_from_slot=lean,
+                  decode_gluon_row_sums_per_thread=lean)  # fmt: skip
+        for num_splits in (3, 8):
+            planned = _planned(inputs, max_seqlen_q=inputs.max_seqlen_q, num_splits=num_splits, **scales)
+            assert planned == [GLUON_DECODE, "combine_splits_kernel"]
+            check_low_precision(inputs, causal=True, num_splits=num_splits, **scales)
+        check_low_precision(inputs, causal=False, num_splits=0, **scales)
 
 
 @pytest.mark.skipif(not ON_HOPPER, reason="the Gluon decode runs on Hopper only (CI cross-compiles it)")

@@ -64,6 +64,10 @@ class AttentionConfig:
     # 8 rounds; the row sums of P kept per thread, summed over the keys once after the loop. Opt-in until measured
     decode_gluon_v_from_slot: bool = False
     decode_gluon_row_sums_per_thread: bool = False
+    # Gluon decode for the calls the portable kernel would split (few sequences x KV heads, long contexts: vLLM at
+    # batch <= 32 with 8 KV heads on an H200): per-split partial results, merged by combine_splits_kernel. Opt-in
+    # until measured (else those calls keep the portable kernel)
+    decode_gluon_split: bool = False
     # Hopper prefill: calls the warp-specialized Gluon kernel covers (kernels/attention_hopper.py) go there
     warp_specialized: bool = False
     ws_pingpong: bool = True  # with warp_specialized: the two consumer warpgroups alternate their matmuls (FA3)

@@ -163,6 +163,8 @@ WORKLOADS: tuple[Workload, ...] = (
     # vLLM's fp8 KV cache decode: vLLM quantizes q to fp8 itself (the backend's supports_quant_query_input)
     Workload("fp8-decode-b64x2048-paged", **_decode(64, 2048), q_dtype="fp8_e4m3", kv_dtype="fp8_e4m3"),
     Workload("decode-b8x32768-paged", **_decode(8, 32768)),
+    # vLLM's fp8 cache at low concurrency and long contexts: a split-KV decode
+    Workload("fp8-decode-b8x32768-paged", **_decode(8, 32768), q_dtype="fp8_e4m3", kv_dtype="fp8_e4m3"),
     Workload("mixed-4x512+60-paged", "mixed", seqlens_q=_MIXED_Q, seqlens_k=_MIXED_K, paged=True),
     # Paged prefill (what vLLM runs: every prefill reads the block cache): compare with prefill-b8x2048-causal.
     Workload("prefill-b8x2048-causal-paged", "prefill", **_dense(8, 2048), paged=True),

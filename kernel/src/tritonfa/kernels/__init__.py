@@ -19,7 +19,7 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 from tritonfa.configs import all_configs
 from tritonfa.fp8 import default_fp8_dtype
 from tritonfa.kernels import attention_hopper, attention_hopper_decode
-from tritonfa.kernels.attention import _TORCH_TO_TL, KernelLaunch, plan_attention
+from tritonfa.kernels.attention import _TORCH_TO_TL, MIN_BLOCKS_PER_SPLIT, KernelLaunch, plan_attention
 
 _SCALAR_FLOATS = ("softmax_scale", "softcap")
 
@@ -230,26 +230,33 @@ def _hopper_decode_specs() -> list[dict[str, Any]]:
     """The Gluon fp8-KV decode (config `decode_gluon`): ring depths 2 / 3 / 4 with 16-key pages, pages of 64 and
     256 keys, with and without lse, K lengths from seqused_k (causal) or cu_seqlens_k (not causal); a bf16 q, and an
     e4m3 q with its descale (what vLLM sends for an fp8 cache) into a bf16 out; the opt-in V read from its slot and
-    per-thread row sums (configs decode_gluon_v_from_slot / decode_gluon_row_sums_per_thread)."""
+    per-thread row sums (configs decode_gluon_v_from_slot / decode_gluon_row_sums_per_thread); split-KV partial
+    results (decode_gluon_split)."""
     specs = []
     bf16, e4m3 = torch.bfloat16, torch.float8_e4m3fn
-    for stages, page_size, with_lse, seqused, q_dtype, lean in (
-        (2, 16, True, True, bf16, ()), (3, 16, False, True, bf16, ()), (4, 16, True, False, bf16, ()),
-        (2, 64, False, True, bf16, ()), (2, 256, True, True, bf16, ()), (2, 16, False, True, e4m3, ()),
-        (2, 16, True, True, bf16, (True, False)), (2, 16, True, True, bf16, (True, True)),
-        (2, 16, True, True, e4m3, (True, True)),
+    for stages, page_size, with_lse, seqused, q_dtype, lean, split in (
+        (2, 16, True, True, bf16, (), False), (3, 16, False, True, bf16, (), False),
+        (4, 16, True, False, bf16, (), False), (2, 64, False, True, bf16, (), False),
+        (2, 256, True, True, bf16, (), False), (2, 16, False, True, e4m3, (), False),
+        (2, 16, True, True, bf16, (True, False), False), (2, 16, True, True, bf16, (True, True), False),
+        (2, 16, True, True, e4m3, (True, True), False), (2, 16, False, True, e4m3, (False, False), True),
+        (2, 16, False, True, bf16, (True, True), True),
     ):  # fmt: skip
         inputs = _meta_inputs("hopper", q_dtype, torch.float8_e4m3fn, 128, paged=True, decode=True,
                               features=False, page_size=page_size)  # fmt: skip
         out = torch.empty(inputs["q"].shape, dtype=torch.bfloat16, device="meta")
         lse = torch.empty(inputs["q"].shape[1::-1], dtype=torch.float32, device="meta") if with_lse else None
         cu_seqlens_k = None if seqused else inputs["cu_seqlens_q"]
+        q = inputs["q"]
+        split_shapes = ((4, *q.shape), (4, q.shape[1], q.shape[0])) if split else ()  # 4 splits' out and lse
+        splits = [torch.empty(shape, dtype=torch.float32, device="meta") for shape in split_shapes]
         fn, _, args, constexprs, options = attention_hopper_decode.plan_hopper_decode(
-            inputs["q"], inputs["k"], inputs["v"], out, lse, inputs["cu_seqlens_q"], cu_seqlens_k,
+            q, inputs["k"], inputs["v"], out, lse, inputs["cu_seqlens_q"], cu_seqlens_k,
             inputs["seqused_k"] if seqused else None, inputs["block_table"], 0.125, seqused, inputs["q_descale"],
-            inputs["k_descale"], inputs["v_descale"], stages, *lean,
+            inputs["k_descale"], inputs["v_descale"], stages, *(lean or (False, False)), *splits,
+            *((MIN_BLOCKS_PER_SPLIT,) if split else ()),
         )  # fmt: skip
-        flags = [name for name in ("Q_FP8", "V_FROM_SLOT", "ROW_SUMS_PER_THREAD") if constexprs[name]]
+        flags = [name for name in ("Q_FP8", "V_FROM_SLOT", "ROW_SUMS_PER_THREAD", "SPLIT_KV") if constexprs[name]]
         name = (f"{fn.__name__}[hopper d128 FP8_KV STAGES={stages} PAGE_SIZE={page_size} RETURN_LSE={with_lse} "
                 f"HAS_SEQUSED={seqused} CAUSAL={seqused}{''.join(' ' + flag for flag in flags)}]")  # fmt: skip
         specs.append(dict(name=name, fn=fn, bound_args=args, constexprs=constexprs, options=options, gluon=True))

@@ -991,7 +991,7 @@ def plan_attention(
             window_left, window_right, softcap, num_splits,
         )  # fmt: skip
         if fast_decode is not None:
-            return [fast_decode]
+            return fast_decode
         return plan(decode_config, seq_filter=0, num_splits=num_splits)
     prefill_config = select_config(arch, max(block_d, block_dv), max_seqlen_q, element_bytes)
     # Gluon does not run in Triton's interpreter (CPU tensors); meta tensors: CI's cross-compile plans it
@@ -1065,9 +1065,10 @@ def _plan_hopper_decode(
     arch, config: AttentionConfig, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table,
     alibi_slopes, bias, s_aux, q_descale, k_descale, v_descale, output_scale, max_seqlen_q, max_seqlen_k,
     softmax_scale, window_left, window_right, softcap, num_splits,
-) -> KernelLaunch | None:  # fmt: skip
-    """The Gluon fp8-KV decode launch (config `decode_gluon`) where it covers the call, else None. It has no KV
-    split: a call the portable kernel would split (few sequences x KV heads, long contexts) stays there."""
+) -> list[KernelLaunch] | None:  # fmt: skip
+    """The Gluon fp8-KV decode launch (config `decode_gluon`) where it covers the call, else None. A call the
+    portable kernel would split (few sequences x KV heads, long contexts) stays there, unless decode_gluon_split:
+    then the Gluon launch writes per-split partial results and combine_splits_kernel merges them."""
     if not (arch == "hopper" and config.decode_gluon and q.device.type in ("cuda", "meta")):
         return None
     features = dict(
@@ -1079,16 +1080,24 @@ def _plan_hopper_decode(
     if not attention_hopper_decode.supports(q, k, v, out, block_table, max_seqlen_q, features, page_size):
         return None
     num_seqs, num_kv_heads = cu_seqlens_q.shape[0] - 1, k.shape[-2]
-    splits = num_splits or _auto_num_splits(q.device, num_seqs * num_kv_heads, max_seqlen_k, config.block_n)
-    if splits != 1:
+    block_n = attention_hopper_decode.BLOCK_N
+    splits = num_splits or _auto_num_splits(q.device, num_seqs * num_kv_heads, max_seqlen_k, block_n)
+    if splits != 1 and not config.decode_gluon_split:
         return None
-    return KernelLaunch(
-        *attention_hopper_decode.plan_hopper_decode(
-            q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, softmax_scale, window_right == 0,
-            q_descale, k_descale, v_descale, config.decode_gluon_stages, config.decode_gluon_v_from_slot,
-            config.decode_gluon_row_sums_per_thread,
+    split_out, split_lse = _split_buffers(splits, q, v) if splits > 1 else (None, None)
+    launches = [
+        KernelLaunch(
+            *attention_hopper_decode.plan_hopper_decode(
+                q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, softmax_scale,
+                window_right == 0, q_descale, k_descale, v_descale, config.decode_gluon_stages,
+                config.decode_gluon_v_from_slot, config.decode_gluon_row_sums_per_thread, split_out, split_lse,
+                MIN_BLOCKS_PER_SPLIT,
+            )
         )
-    )  # fmt: skip
+    ]  # fmt: skip
+    if split_out is not None:
+        launches.append(_combine_launch(split_out, split_lse, out, lse, s_aux, output_scale, cu_seqlens_q, q))
+    return launches
 
 
 def _plan_hopper_prefill(
@@ -1164,9 +1173,7 @@ def _plan_launch(
     split_kv = num_splits > 1
     if split_kv:
         grid = (*grid, num_splits)
-        split_out = torch.empty((num_splits, total_q, num_q_heads, head_dim_v), dtype=torch.float32, device=q.device)
-        # -inf: a row no split writes (inconsistent cu_seqlens_q) combines to 0 instead of uninitialized memory
-        split_lse = torch.full((num_splits, num_q_heads, total_q), float("-inf"), dtype=torch.float32, device=q.device)
+        split_out, split_lse = _split_buffers(num_splits, q, v)
     else:
         split_out = split_lse = q  # never dereferenced (SPLIT_KV is off)
 
@@ -1306,36 +1313,47 @@ def _plan_launch(
     )  # fmt: skip
     launches = [KernelLaunch(attention_fwd_kernel, grid, args, constexprs, config.launch_options(arch))]
     if split_kv:
-        combine_args = (
-            split_out, split_lse, out,
-            lse if lse is not None else q,
-            s_aux if s_aux is not None else q,
-            output_scale if output_scale is not None else q,
-            cu_seqlens_q,
-            num_seqs,
-            num_splits,
-            split_out.stride(0), split_out.stride(1), split_out.stride(2),
-            split_lse.stride(0), split_lse.stride(1),
-            out.stride(0), out.stride(1), out.stride(2),
-            lse.stride(0) if lse is not None else 0,
-        )  # fmt: skip
-        combine_constexprs = dict(
-            HEAD_DIM_V=head_dim_v,
-            BLOCK_DV=_next_power_of_2(head_dim_v),
-            BLOCK_SPLITS=MAX_SPLITS,
-            HAS_SINK=s_aux is not None,
-            HAS_OUT_SCALE=output_scale is not None,
-            RETURN_LSE=lse is not None,
-            OUT_MAX=out_max,
-            SPLITS_PER_STEP=8,
-        )
-        combine_options = {"num_warps": 4, "num_stages": 1}
-        launches.append(
-            KernelLaunch(
-                combine_splits_kernel, (total_q, num_q_heads), combine_args, combine_constexprs, combine_options
-            )
-        )
+        launches.append(_combine_launch(split_out, split_lse, out, lse, s_aux, output_scale, cu_seqlens_q, q))
     return launches
+
+
+def _split_buffers(num_splits: int, q: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Partial outputs [num_splits, total_q, Hq, Dv] and lse [num_splits, Hq, total_q] (fp32) of a split-KV launch."""
+    total_q, num_q_heads, head_dim_v = q.shape[0], q.shape[1], v.shape[-1]
+    split_out = torch.empty((num_splits, total_q, num_q_heads, head_dim_v), dtype=torch.float32, device=q.device)
+    # -inf: a row no split writes (inconsistent cu_seqlens_q) combines to 0 instead of uninitialized memory
+    split_lse = torch.full((num_splits, num_q_heads, total_q), float("-inf"), dtype=torch.float32, device=q.device)
+    return split_out, split_lse
+
+
+def _combine_launch(split_out, split_lse, out, lse, s_aux, output_scale, cu_seqlens_q, q) -> KernelLaunch:
+    """combine_splits_kernel over a split-KV launch's partial results, into out (and lse)."""
+    num_splits, total_q, num_q_heads, head_dim_v = split_out.shape
+    args = (
+        split_out, split_lse, out,
+        lse if lse is not None else q,
+        s_aux if s_aux is not None else q,
+        output_scale if output_scale is not None else q,
+        cu_seqlens_q,
+        cu_seqlens_q.shape[0] - 1,
+        num_splits,
+        split_out.stride(0), split_out.stride(1), split_out.stride(2),
+        split_lse.stride(0), split_lse.stride(1),
+        out.stride(0), out.stride(1), out.stride(2),
+        lse.stride(0) if lse is not None else 0,
+    )  # fmt: skip
+    constexprs = dict(
+        HEAD_DIM_V=head_dim_v,
+        BLOCK_DV=_next_power_of_2(head_dim_v),
+        BLOCK_SPLITS=MAX_SPLITS,
+        HAS_SINK=s_aux is not None,
+        HAS_OUT_SCALE=output_scale is not None,
+        RETURN_LSE=lse is not None,
+        OUT_MAX=fp8_max(out.dtype) if is_fp8(out.dtype) else 0.0,
+        SPLITS_PER_STEP=8,
+    )
+    options = {"num_warps": 4, "num_stages": 1}
+    return KernelLaunch(combine_splits_kernel, (total_q, num_q_heads), args, constexprs, options)
 
 
 def _tensor_descriptors(config, arch, k, v, v_storage, paged, block_n, block_d, block_dv):

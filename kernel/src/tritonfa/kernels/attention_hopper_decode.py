@@ -97,7 +97,8 @@ if HAS_GLUON:
     def _decode_producer(k_desc, v_desc, k_bufs, v_bufs, ready, empty, block_table_ptr, stride_bt_seq,
                          num_cache_blocks, max_blocks, seqused_k_ptr, cu_seqlens_k_ptr, k_rows_per_block,
                          k_rows_per_head, k_cols_per_head, v_rows_per_block, v_rows_per_head, v_cols_per_head,
-                         PAGE_SIZE: gl.constexpr, HAS_SEQUSED: gl.constexpr):  # fmt: skip
+                         PAGE_SIZE: gl.constexpr, HAS_SEQUSED: gl.constexpr, SPLIT_KV: gl.constexpr,
+                         MIN_BLOCKS_PER_SPLIT: gl.constexpr):  # fmt: skip
         STAGES: gl.constexpr = k_bufs.type.shape[0]
         BLOCK_N: gl.constexpr = k_bufs.type.shape[1]
         CHUNK: gl.constexpr = k_desc.block_type.shape[0]  # keys per box: min(PAGE_SIZE, BLOCK_N)
@@ -105,23 +106,40 @@ if HAS_GLUON:
         seq = gl.program_id(0)
         kv_head = gl.program_id(1)
         seq_k_len = _seq_k_len(seq, seqused_k_ptr, cu_seqlens_k_ptr, max_blocks, PAGE_SIZE, HAS_SEQUSED)
-        num_blocks = gl.cdiv(seq_k_len, BLOCK_N)
+        block_lo, block_hi = _split_blocks(gl.cdiv(seq_k_len, BLOCK_N), SPLIT_KV, MIN_BLOCKS_PER_SPLIT)
         table_row = block_table_ptr + seq.to(gl.int64) * stride_bt_seq
         ids_layout: gl.constexpr = gl.BlockedLayout([CHUNKS], [32], [1], [0])
         o_chunk = gl.arange(0, CHUNKS, layout=ids_layout)
         # block j + 1's page ids load while block j's boxes are issued
-        next_ids = _page_block_id(table_row, o_chunk * CHUNK // PAGE_SIZE, max_blocks, num_cache_blocks)
-        for j in range(num_blocks):
-            s = j % STAGES
+        next_ids = _page_block_id(table_row, (block_lo * BLOCK_N + o_chunk * CHUNK) // PAGE_SIZE, max_blocks,
+                                  num_cache_blocks)  # fmt: skip
+        for i in range(block_hi - block_lo):
+            j = block_lo + i
+            s = i % STAGES
             ids = next_ids.to(gl.int32)
             next_ids = _page_block_id(table_row, ((j + 1) * BLOCK_N + o_chunk * CHUNK) // PAGE_SIZE, max_blocks,
                                       num_cache_blocks)  # fmt: skip
             # a fresh barrier's phase "1" counts as complete: the first round does not wait
-            mbarrier.wait(empty.index(s), ((j // STAGES) & 1) ^ 1)
+            mbarrier.wait(empty.index(s), ((i // STAGES) & 1) ^ 1)
             _page_boxes(k_desc, ready.index(2 * s), k_bufs.index(s), ids, o_chunk, j * BLOCK_N, k_rows_per_block,
                         kv_head * k_rows_per_head, kv_head * k_cols_per_head, PAGE_SIZE)  # fmt: skip
             _page_boxes(v_desc, ready.index(2 * s + 1), v_bufs.index(s), ids, o_chunk, j * BLOCK_N, v_rows_per_block,
                         kv_head * v_rows_per_head, kv_head * v_cols_per_head, PAGE_SIZE)  # fmt: skip
+
+    @gluon.jit
+    def _split_blocks(num_blocks, SPLIT_KV: gl.constexpr, MIN_BLOCKS_PER_SPLIT: gl.constexpr):
+        # [lo, hi) of this program's 64-key blocks: all of them, or with SPLIT_KV the slice of program_id(2), sized
+        # from this sequence's length on the device as the portable kernel does (CUDA graphs fix the grid at
+        # capture: splits a short context does not need get no block and write an empty partial result)
+        if SPLIT_KV:
+            splits_used = gl.maximum(gl.minimum(gl.num_programs(2), gl.cdiv(num_blocks, MIN_BLOCKS_PER_SPLIT)), 1)
+            per_split = gl.cdiv(num_blocks, splits_used)
+            block_lo = gl.minimum(gl.program_id(2) * per_split, num_blocks)
+            block_hi = gl.minimum(block_lo + per_split, num_blocks)
+        else:
+            block_lo = 0
+            block_hi = num_blocks
+        return block_lo, block_hi
 
     @gluon.jit
     def _seq_k_len(seq, seqused_k_ptr, cu_seqlens_k_ptr, max_blocks, PAGE_SIZE: gl.constexpr,
@@ -137,12 +155,14 @@ if HAS_GLUON:
                          cu_seqlens_q_ptr, seqused_k_ptr, cu_seqlens_k_ptr, q_descale_ptr, k_descale_ptr,
                          v_descale_ptr, softmax_scale, max_blocks, total_q, stride_q_tok, stride_q_head, stride_o_tok,
                          stride_o_head, stride_lse_head, stride_qdesc_seq, stride_qdesc_head, stride_kdesc_seq,
-                         stride_kdesc_head, stride_vdesc_seq, stride_vdesc_head,
+                         stride_kdesc_head, stride_vdesc_seq, stride_vdesc_head, split_out_ptr, split_lse_ptr,
+                         stride_split_out, stride_split_tok, stride_split_head, stride_split_lse,
+                         stride_split_lse_head,
                          GROUP: gl.constexpr, PAGE_SIZE: gl.constexpr, HAS_SEQUSED: gl.constexpr,
                          Q_FP8: gl.constexpr, HAS_Q_DESCALE: gl.constexpr, HAS_K_DESCALE: gl.constexpr,
                          HAS_V_DESCALE: gl.constexpr, RETURN_LSE: gl.constexpr, CAUSAL: gl.constexpr,
-                         V_FROM_SLOT: gl.constexpr, ROW_SUMS_PER_THREAD: gl.constexpr,
-                         num_warps: gl.constexpr):  # fmt: skip
+                         V_FROM_SLOT: gl.constexpr, ROW_SUMS_PER_THREAD: gl.constexpr, SPLIT_KV: gl.constexpr,
+                         MIN_BLOCKS_PER_SPLIT: gl.constexpr, num_warps: gl.constexpr):  # fmt: skip
         STAGES: gl.constexpr = k_bufs.type.shape[0]
         BLOCK_N: gl.constexpr = k_bufs.type.shape[1]
         HEAD_DIM: gl.constexpr = k_bufs.type.shape[2]
@@ -150,7 +170,7 @@ if HAS_GLUON:
         seq = gl.program_id(0)
         kv_head = gl.program_id(1)
         seq_k_len = _seq_k_len(seq, seqused_k_ptr, cu_seqlens_k_ptr, max_blocks, PAGE_SIZE, HAS_SEQUSED)
-        num_blocks = gl.cdiv(seq_k_len, BLOCK_N)
+        block_lo, block_hi = _split_blocks(gl.cdiv(seq_k_len, BLOCK_N), SPLIT_KV, MIN_BLOCKS_PER_SPLIT)
         seq_q_start = gl.load(cu_seqlens_q_ptr + seq)
         seq_q_len = gl.load(cu_seqlens_q_ptr + seq + 1) - seq_q_start
 
@@ -218,9 +238,10 @@ if HAS_GLUON:
         o_key_vt = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, v_op_layout))
         # ROW_SUMS_PER_THREAD: P^T summed elementwise, over the keys once after the loop (no cross-warp sum per block)
         l_t = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, s_layout)
-        for j in range(num_blocks):
-            s = j % STAGES
-            phase = (j // STAGES) & 1
+        for i in range(block_hi - block_lo):
+            j = block_lo + i
+            s = i % STAGES
+            phase = (i // STAGES) & 1
             mbarrier.wait(ready.index(2 * s), phase)
             k_tile = k_bufs.index(s)
             tok = warpgroup_mma(k_tile, q_hi_smem.permute((1, 0)), s_zero, use_acc=False, is_async=True)
@@ -267,18 +288,31 @@ if HAS_GLUON:
         if HAS_V_DESCALE:
             o_factor = o_factor * gl.load(v_descale_ptr + seq * stride_vdesc_seq + kv_head * stride_vdesc_head)
         acc = acc * gl.expand_dims(gl.convert_layout(o_factor, gl.SliceLayout(0, o_layout)), 0)
-        b_o = gl.convert_layout(gl.permute(acc.to(out_ptr.dtype.element_ty), (1, 0)), q_layout)  # [BM, D]
-        p_o = out_ptr + gl.expand_dims(i_q_tok * stride_o_tok + q_head * stride_o_head, 1) + gl.expand_dims(o_d, 0)
-        gl.store(p_o, b_o, mask=gl.expand_dims(row_valid, 1))
-        if RETURN_LSE:
-            lse = gl.where(l_i == 0.0, float("-inf"), (m_i + gl.log2(l_safe)) * 0.6931471805599453)
-            lse = gl.convert_layout(lse, gl.SliceLayout(1, q_layout))
-            gl.store(lse_ptr + q_head.to(gl.int64) * stride_lse_head + i_q_tok, lse, mask=row_valid)
+        lse = gl.where(l_i == 0.0, float("-inf"), (m_i + gl.log2(l_safe)) * 0.6931471805599453)
+        lse = gl.convert_layout(lse, gl.SliceLayout(1, q_layout))
+        if SPLIT_KV:
+            # this split's normalized partial output and lse, in fp32 for combine_splits_kernel (an empty split:
+            # O = 0, lse -inf, which the combine skips)
+            i_split = gl.program_id(2).to(gl.int64)
+            b_so = gl.convert_layout(gl.permute(acc, (1, 0)), q_layout)  # [BM, D] fp32
+            p_so = (split_out_ptr + i_split * stride_split_out
+                    + gl.expand_dims(i_q_tok * stride_split_tok + q_head * stride_split_head, 1)
+                    + gl.expand_dims(o_d, 0))  # fmt: skip
+            gl.store(p_so, b_so, mask=gl.expand_dims(row_valid, 1))
+            p_slse = split_lse_ptr + i_split * stride_split_lse + q_head.to(gl.int64) * stride_split_lse_head + i_q_tok
+            gl.store(p_slse, lse, mask=row_valid)
+        else:
+            b_o = gl.convert_layout(gl.permute(acc.to(out_ptr.dtype.element_ty), (1, 0)), q_layout)  # [BM, D]
+            p_o = out_ptr + gl.expand_dims(i_q_tok * stride_o_tok + q_head * stride_o_head, 1) + gl.expand_dims(o_d, 0)
+            gl.store(p_o, b_o, mask=gl.expand_dims(row_valid, 1))
+            if RETURN_LSE:
+                gl.store(lse_ptr + q_head.to(gl.int64) * stride_lse_head + i_q_tok, lse, mask=row_valid)
 
     # lengths, counts and the widths they set change per batch: not specialized (see attention_fwd_hopper_kernel)
     @gluon.jit(
         do_not_specialize=[
             "softmax_scale", "total_q", "num_cache_blocks", "max_blocks", "stride_bt_seq", "stride_lse_head",
+            "stride_split_out", "stride_split_lse", "stride_split_lse_head",
         ]
     )  # fmt: skip
     def attention_decode_hopper_kernel(
@@ -310,6 +344,13 @@ if HAS_GLUON:
         stride_kdesc_head,
         stride_vdesc_seq,
         stride_vdesc_head,
+        split_out_ptr,  # [num_splits, total_q, Hq, D] fp32 (SPLIT_KV)
+        split_lse_ptr,  # [num_splits, Hq, total_q] fp32 (SPLIT_KV)
+        stride_split_out,
+        stride_split_tok,
+        stride_split_head,
+        stride_split_lse,
+        stride_split_lse_head,
         k_rows_per_block,  # the TMA views' placement of (block, kv head) (attention_hopper.paged_tma_view)
         k_rows_per_head,
         k_cols_per_head,
@@ -328,6 +369,8 @@ if HAS_GLUON:
         CAUSAL: gl.constexpr,
         V_FROM_SLOT: gl.constexpr,
         ROW_SUMS_PER_THREAD: gl.constexpr,
+        SPLIT_KV: gl.constexpr,  # program_id(2) picks a slice of the KV blocks; combine_splits_kernel merges
+        MIN_BLOCKS_PER_SPLIT: gl.constexpr,
     ):
         BLOCK_N: gl.constexpr = 64
         HEAD_DIM: gl.constexpr = k_desc.block_type.shape[1]
@@ -352,13 +395,15 @@ if HAS_GLUON:
                     cu_seqlens_q_ptr, seqused_k_ptr, cu_seqlens_k_ptr, q_descale_ptr, k_descale_ptr, v_descale_ptr,
                     softmax_scale, max_blocks, total_q, stride_q_tok, stride_q_head, stride_o_tok, stride_o_head,
                     stride_lse_head, stride_qdesc_seq, stride_qdesc_head, stride_kdesc_seq, stride_kdesc_head,
-                    stride_vdesc_seq, stride_vdesc_head, GROUP, PAGE_SIZE, HAS_SEQUSED, Q_FP8, HAS_Q_DESCALE,
-                    HAS_K_DESCALE, HAS_V_DESCALE, RETURN_LSE, CAUSAL, V_FROM_SLOT, ROW_SUMS_PER_THREAD,
-                    gl.num_warps())),
+                    stride_vdesc_seq, stride_vdesc_head, split_out_ptr, split_lse_ptr, stride_split_out,
+                    stride_split_tok, stride_split_head, stride_split_lse, stride_split_lse_head, GROUP, PAGE_SIZE,
+                    HAS_SEQUSED, Q_FP8, HAS_Q_DESCALE, HAS_K_DESCALE, HAS_V_DESCALE, RETURN_LSE, CAUSAL, V_FROM_SLOT,
+                    ROW_SUMS_PER_THREAD, SPLIT_KV, MIN_BLOCKS_PER_SPLIT, gl.num_warps())),
                 (_decode_producer, (
                     k_desc, v_desc, k_bufs, v_bufs, ready, empty, block_table_ptr, stride_bt_seq, num_cache_blocks,
                     max_blocks, seqused_k_ptr, cu_seqlens_k_ptr, k_rows_per_block, k_rows_per_head, k_cols_per_head,
-                    v_rows_per_block, v_rows_per_head, v_cols_per_head, PAGE_SIZE, HAS_SEQUSED)),
+                    v_rows_per_block, v_rows_per_head, v_cols_per_head, PAGE_SIZE, HAS_SEQUSED, SPLIT_KV,
+                    MIN_BLOCKS_PER_SPLIT)),
             ],
             [1],
             [PRODUCER_REGS],
@@ -372,8 +417,11 @@ def _box_layout(rows: int):
 
 def plan_hopper_decode(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, softmax_scale,
                        causal: bool, q_descale, k_descale, v_descale, stages: int, v_from_slot: bool = False,
-                       row_sums_per_thread: bool = False):  # fmt: skip
-    """(kernel, grid, args, constexprs, options) of one launch; the caller checked `supports`."""
+                       row_sums_per_thread: bool = False, split_out=None, split_lse=None,
+                       min_blocks_per_split: int = 1):  # fmt: skip
+    """(kernel, grid, args, constexprs, options) of one launch; the caller checked `supports`. With split_out /
+    split_lse ([num_splits, total_q, Hq, D] / [num_splits, Hq, total_q] fp32) the launch writes partial results for
+    combine_splits_kernel, num_splits programs per (sequence, KV head)."""
     num_seqs = cu_seqlens_q.shape[0] - 1
     num_q_heads, num_kv_heads = q.shape[1], k.shape[2]
     page_size = k.shape[1]
@@ -393,7 +441,10 @@ def plan_hopper_decode(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k,
         v_descale if v_descale is not None else q,
         softmax_scale, q.shape[0], k.shape[0], block_table.shape[1], block_table.stride(0),
         q.stride(0), q.stride(1), out.stride(0), out.stride(1), lse.stride(0) if lse is not None else 0,
-        *descale_strides(q_descale), *descale_strides(k_descale), *descale_strides(v_descale), *placements,
+        *descale_strides(q_descale), *descale_strides(k_descale), *descale_strides(v_descale),
+        split_out if split_out is not None else out, split_lse if split_lse is not None else out,
+        *(split_out.stride()[:3] if split_out is not None else (0, 0, 0)),
+        *(split_lse.stride()[:2] if split_lse is not None else (0, 0)), *placements,
     )  # fmt: skip
     constexprs = dict(
         GROUP=num_q_heads // num_kv_heads,
@@ -408,8 +459,10 @@ def plan_hopper_decode(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k,
         CAUSAL=causal,
         V_FROM_SLOT=v_from_slot,
         ROW_SUMS_PER_THREAD=row_sums_per_thread,
+        SPLIT_KV=split_out is not None,
+        MIN_BLOCKS_PER_SPLIT=min_blocks_per_split,
     )
-    grid = (num_seqs, num_kv_heads)
+    grid = (num_seqs, num_kv_heads) if split_out is None else (num_seqs, num_kv_heads, split_out.shape[0])
     # launched at 64 registers a thread (8 warps: the consumer warpgroup, the producer's): four programs per SM;
     # setmaxnreg then gives the consumer 104 and the producer 24 (sm_90: 0 spills)
     return attention_decode_hopper_kernel, grid, args, constexprs, {"num_warps": NUM_WARPS, "maxnreg": LAUNCH_REGS}
