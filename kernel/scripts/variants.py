@@ -152,12 +152,20 @@ DECODE_VARIANTS = {
     "gluon-decode-s2": {"decode_keys_as_rows": "tile", "decode_gluon": True, "decode_gluon_stages": 2},
     # its leaner block step (sm_90 PTX: 24 block-wide barriers per 64-key block -> 9 -> 6): V read from its slot
     # straight into the P@V operand layout; and P's row sums kept per thread, summed once after the loop
-    "gluon-v-from-slot": {"decode_keys_as_rows": "tile", "decode_gluon": True, "decode_gluon_v_from_slot": True},
+    # (these take an e4m3 q too: decode_gluon_fp8_q; "gluon-fp8-q" alone is the default step for it)
+    "gluon-fp8-q": {"decode_keys_as_rows": "tile", "decode_gluon": True, "decode_gluon_fp8_q": True},
+    "gluon-v-from-slot": {
+        "decode_keys_as_rows": "tile",
+        "decode_gluon": True,
+        "decode_gluon_fp8_q": True,
+        "decode_gluon_v_from_slot": True,
+    },
     # the Gluon decode for calls the portable kernel splits (decode_gluon_split: per-split partial results and the
     # combine launch), with the leaner block step
     "gluon-split": {
         "decode_keys_as_rows": "tile",
         "decode_gluon": True,
+        "decode_gluon_fp8_q": True,
         "decode_gluon_split": True,
         "decode_gluon_v_from_slot": True,
         "decode_gluon_row_sums_per_thread": True,
@@ -165,6 +173,7 @@ DECODE_VARIANTS = {
     "gluon-lean": {
         "decode_keys_as_rows": "tile",
         "decode_gluon": True,
+        "decode_gluon_fp8_q": True,
         "decode_gluon_v_from_slot": True,
         "decode_gluon_row_sums_per_thread": True,
     },

@@ -49,8 +49,10 @@ def test_the_launcher_sends_only_covered_decode_calls_to_gluon(monkeypatch):
     assert _planned(inputs) == [GLUON_DECODE]
     scale = torch.ones((), dtype=torch.float32)
     assert _planned(inputs, k_descale=scale, v_descale=scale) == [GLUON_DECODE]
-    # vLLM's fp8-cache decode: q quantized to e4m3 with its descale, a bf16 out
+    # vLLM's fp8-cache decode: q quantized to e4m3 with its descale, a bf16 out (with decode_gluon_fp8_q)
     fp8_q = make_inputs([1, 2], [40, 17], num_heads=(8, 2), head_size=128, dtype=FP8, kv_dtype=FP8, kv_layout="paged")
+    assert _planned(fp8_q, q_descale=scale, k_descale=scale, v_descale=scale) != [GLUON_DECODE]
+    _gluon_on(monkeypatch, decode_gluon_fp8_q=True)
     assert _planned(fp8_q, q_descale=scale, k_descale=scale, v_descale=scale) == [GLUON_DECODE]
     assert decode_q_fp8_terms(fp8_q.q, fp8_q.k, fp8_q.v, arch="hopper") == 0  # one native fp8 term
     # features it does not cover, a split, an fp8 output
@@ -98,9 +100,10 @@ def test_gluon_decode_matches_the_reference(monkeypatch, stages, block_size):
 
 @pytest.mark.skipif(not ON_HOPPER, reason="the Gluon decode runs on Hopper only (CI cross-compiles it)")
 @pytest.mark.parametrize("descale", ["scalar", "per_head"])
-def test_gluon_decode_with_an_fp8_q(descale):
-    """What vLLM sends for an fp8 cache: q quantized to e4m3 with its descale (one fp8 QK term, no split), K/V
-    descales, a bf16 out; NaN-poisoned cache slots, empty and short contexts, q-len up to 4."""
+def test_gluon_decode_with_an_fp8_q(monkeypatch, descale):
+    """What vLLM sends for an fp8 cache (decode_gluon_fp8_q): q quantized to e4m3 with its descale (one fp8 QK term,
+    no split), K/V descales, a bf16 out; NaN-poisoned cache slots, empty and short contexts, q-len up to 4."""
+    _gluon_on(monkeypatch, decode_gluon_fp8_q=True)
     seqlens_q, seqlens_k = [1, 2, 1, 4, 1], [scaled(300, 2000), 64, 0, 17, scaled(129, 1025)]
     inputs = make_inputs(seqlens_q, seqlens_k, num_heads=(8, 2), head_size=128, dtype=FP8, kv_dtype=FP8,
                          kv_layout="paged")  # fmt: skip
@@ -117,7 +120,8 @@ def test_gluon_decode_with_v_read_from_its_slot(monkeypatch, q_dtype, row_sums_p
     """The opt-in leaner block step (decode_gluon_v_from_slot, decode_gluon_row_sums_per_thread): V read from its
     ring slot straight into the P@V operand layout (keys past the sequence zeroed there), row sums of P per thread;
     NaN-poisoned pages of 16 and 64 keys, empty / one-key / block-edge / long contexts, q-len up to 4."""
-    _gluon_on(monkeypatch, decode_gluon_v_from_slot=True, decode_gluon_row_sums_per_thread=row_sums_per_thread)
+    _gluon_on(monkeypatch, decode_gluon_fp8_q=True, decode_gluon_v_from_slot=True,
+              decode_gluon_row_sums_per_thread=row_sums_per_thread)  # fmt: skip
     seqlens_q, seqlens_k = [1, 4, 1, 1, 2, 3], [scaled(300, 2000), 17, 0, 1, 64, scaled(129, 4097)]
     for block_size in (16, 64):
         inputs = make_inputs(seqlens_q, seqlens_k, num_heads=(8, 2), head_size=128, dtype=q_dtype, kv_dtype=FP8,
@@ -143,7 +147,7 @@ def test_gluon_decode_split_kv(monkeypatch, q_dtype):
     if q_dtype == FP8:
         scales["q_descale"] = fp8_descale("scalar", len(seqlens_q), 2)
     for lean in (False, True):
-        _gluon_on(monkeypatch, decode_gluon_split=True, decode_gluon_v_from_slot=lean,
+        _gluon_on(monkeypatch, decode_gluon_fp8_q=True, decode_gluon_split=True, decode_gluon_v_from_slot=lean,
                   decode_gluon_row_sums_per_thread=lean)  # fmt: skip
         for num_splits in (3, 8):
             planned = _planned(inputs, max_seqlen_q=inputs.max_seqlen_q, num_splits=num_splits, **scales)

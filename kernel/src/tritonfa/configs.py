@@ -59,6 +59,9 @@ class AttentionConfig:
     # on, see _KEYS_AS_ROWS_DECODE; 2 stages: 3 and 4 were slower, more shared memory per program)
     decode_gluon: bool = False
     decode_gluon_stages: int = 2
+    # with decode_gluon: an e4m3 q with its descale (what vLLM sends for an fp8 cache) goes there too. Opt-in until
+    # it has run on a GPU (else such calls keep the keys-as-rows tile)
+    decode_gluon_fp8_q: bool = False
     # Gluon decode, fewer block-wide barriers per 64-key block (sm_90 PTX: 24 -> 9, both: 6): V read from its slot
     # straight into the P@V operand layout (byte loads) instead of a transposing convert through a 2 KB scratch in
     # 8 rounds; the row sums of P kept per thread, summed over the keys once after the loop. Opt-in until measured

@@ -1079,6 +1079,8 @@ def _plan_hopper_decode(
     page_size = k.shape[1] if block_table is not None else 0
     if not attention_hopper_decode.supports(q, k, v, out, block_table, max_seqlen_q, features, page_size):
         return None
+    if is_fp8(q.dtype) and not config.decode_gluon_fp8_q:
+        return None
     num_seqs, num_kv_heads = cu_seqlens_q.shape[0] - 1, k.shape[-2]
     block_n = attention_hopper_decode.BLOCK_N
     splits = num_splits or _auto_num_splits(q.device, num_seqs * num_kv_heads, max_seqlen_k, block_n)
