@@ -234,10 +234,11 @@ def _hopper_decode_specs() -> list[dict[str, Any]]:
     results (decode_gluon_split)."""
     specs = []
     bf16, e4m3 = torch.bfloat16, torch.float8_e4m3fn
+    # lean: (v_from_slot, row_sums_per_thread)
     for stages, page_size, with_lse, seqused, q_dtype, lean, split in (
-        (2, 16, True, True, bf16, (), False), (3, 16, False, True, bf16, (), False),
-        (4, 16, True, False, bf16, (), False), (2, 64, False, True, bf16, (), False),
-        (2, 256, True, True, bf16, (), False), (2, 16, False, True, e4m3, (), False),
+        (2, 16, True, True, bf16, (False, False), False), (3, 16, False, True, bf16, (False, False), False),
+        (4, 16, True, False, bf16, (False, False), False), (2, 64, False, True, bf16, (False, False), False),
+        (2, 256, True, True, bf16, (False, False), False), (2, 16, False, True, e4m3, (False, False), False),
         (2, 16, True, True, bf16, (True, False), False), (2, 16, True, True, bf16, (True, True), False),
         (2, 16, True, True, e4m3, (True, True), False), (2, 16, False, True, e4m3, (False, False), True),
         (2, 16, False, True, bf16, (True, True), True),
@@ -248,13 +249,15 @@ def _hopper_decode_specs() -> list[dict[str, Any]]:
         lse = torch.empty(inputs["q"].shape[1::-1], dtype=torch.float32, device="meta") if with_lse else None
         cu_seqlens_k = None if seqused else inputs["cu_seqlens_q"]
         q = inputs["q"]
-        split_shapes = ((4, *q.shape), (4, q.shape[1], q.shape[0])) if split else ()  # 4 splits' out and lse
-        splits = [torch.empty(shape, dtype=torch.float32, device="meta") for shape in split_shapes]
+        split_out, split_lse = (
+            (torch.empty((4, *q.shape), dtype=torch.float32, device="meta"),  # 4 splits' partial out and lse
+             torch.empty((4, q.shape[1], q.shape[0]), dtype=torch.float32, device="meta"))
+            if split else (None, None)
+        )  # fmt: skip
         fn, _, args, constexprs, options = attention_hopper_decode.plan_hopper_decode(
             q, inputs["k"], inputs["v"], out, lse, inputs["cu_seqlens_q"], cu_seqlens_k,
             inputs["seqused_k"] if seqused else None, inputs["block_table"], 0.125, seqused, inputs["q_descale"],
-            inputs["k_descale"], inputs["v_descale"], stages, *(lean or (False, False)), *splits,
-            *((MIN_BLOCKS_PER_SPLIT,) if split else ()),
+            inputs["k_descale"], inputs["v_descale"], stages, *lean, split_out, split_lse, MIN_BLOCKS_PER_SPLIT,
         )  # fmt: skip
         flags = [name for name in ("Q_FP8", "V_FROM_SLOT", "ROW_SUMS_PER_THREAD", "SPLIT_KV") if constexprs[name]]
         name = (f"{fn.__name__}[hopper d128 FP8_KV STAGES={stages} PAGE_SIZE={page_size} RETURN_LSE={with_lse} "
