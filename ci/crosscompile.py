@@ -97,7 +97,9 @@ def _normalize(spec: dict[str, Any]) -> tuple[Any, dict[str, str], dict[str, Any
 
 
 def _cuda_resources(cubin: bytes) -> tuple[int | None, int | None]:
-    """(registers per thread, spill bytes) from `cuobjdump --dump-resource-usage` (shipped with triton)."""
+    """(registers per thread, spill bytes) from `cuobjdump --dump-resource-usage` (shipped with triton). Spill bytes
+    are LOCAL + STACK: ptxas puts the spills of a kernel that moves registers between warp groups (setmaxnreg, the
+    Gluon kernels) in its stack frame, with LOCAL 0 (sm_90: the Gluon decode's V_FROM_SLOT spilled 32 bytes there)."""
     import triton
 
     tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
@@ -109,9 +111,13 @@ def _cuda_resources(cubin: bytes) -> tuple[int | None, int | None]:
         f.write(cubin)
         f.flush()
         out = subprocess.run([tool, "--dump-resource-usage", f.name], capture_output=True, text=True).stdout
-    regs = re.search(r"REG:(\d+)", out)
-    local = re.search(r"LOCAL:(\d+)", out)
-    return (int(regs.group(1)) if regs else None), (int(local.group(1)) if local else None)
+    return _parse_cuda_resources(out)
+
+
+def _parse_cuda_resources(resource_usage: str) -> tuple[int | None, int | None]:
+    regs = re.search(r"REG:(\d+)", resource_usage)
+    local = [int(m) for m in re.findall(r"(?:LOCAL|STACK):(\d+)", resource_usage)]
+    return (int(regs.group(1)) if regs else None), (sum(local) if local else None)
 
 
 def _amd_resources(amdgcn: str) -> tuple[int | None, int | None, int | None]:

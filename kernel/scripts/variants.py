@@ -150,32 +150,17 @@ DECODE_VARIANTS = {
     # "no-gluon-decode": the keys-as-rows tile it replaced
     "no-gluon-decode": {"decode_keys_as_rows": "tile", "decode_gluon": False},
     "gluon-decode-s2": {"decode_keys_as_rows": "tile", "decode_gluon": True, "decode_gluon_stages": 2},
-    # its leaner block step (sm_90 PTX: 24 block-wide barriers per 64-key block -> 9 -> 6): V read from its slot
-    # straight into the P@V operand layout; and P's row sums kept per thread, summed once after the loop
-    # (these take an e4m3 q too: decode_gluon_fp8_q; "gluon-fp8-q" alone is the default step for it)
+    # an e4m3 q with its descale (vLLM's fp8 cache) there too: Hopper's default since session 24 (the same as
+    # "default" there; H100: fp8 b64x2048 0.1054-0.1064 -> 0.1005-0.1018 ms)
     "gluon-fp8-q": {"decode_keys_as_rows": "tile", "decode_gluon": True, "decode_gluon_fp8_q": True},
-    "gluon-v-from-slot": {
-        "decode_keys_as_rows": "tile",
-        "decode_gluon": True,
-        "decode_gluon_fp8_q": True,
-        "decode_gluon_v_from_slot": True,
-    },
     # the Gluon decode for calls the portable kernel splits (decode_gluon_split: per-split partial results and the
-    # combine launch), with the leaner block step
+    # combine launch). Session 24 measured it only with the leaner block step that spilled (V read from its slot,
+    # per-thread row sums: +46% on b64x2048; removed): 0.251 vs the portable split's 0.209 ms
     "gluon-split": {
         "decode_keys_as_rows": "tile",
         "decode_gluon": True,
         "decode_gluon_fp8_q": True,
         "decode_gluon_split": True,
-        "decode_gluon_v_from_slot": True,
-        "decode_gluon_row_sums_per_thread": True,
-    },
-    "gluon-lean": {
-        "decode_keys_as_rows": "tile",
-        "decode_gluon": True,
-        "decode_gluon_fp8_q": True,
-        "decode_gluon_v_from_slot": True,
-        "decode_gluon_row_sums_per_thread": True,
     },
     "gluon-decode-s3": {"decode_keys_as_rows": "tile", "decode_gluon": True, "decode_gluon_stages": 3},
     "gluon-decode-s4": {"decode_keys_as_rows": "tile", "decode_gluon": True, "decode_gluon_stages": 4},
@@ -213,7 +198,9 @@ PLANS = {
         [
             "decode-b64x2048-paged",
             "fp8kv-decode-b64x2048-paged",
+            "fp8-decode-b64x2048-paged",
             "decode-b8x32768-paged",
+            "fp8-decode-b8x32768-paged",
             "decode-b256x1024-paged",
             "decode-q4-b64x2048-paged",
             "decode-d64-b64x2048-paged",

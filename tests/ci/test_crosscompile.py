@@ -96,3 +96,15 @@ def test_shared_memory_over_the_limit_fails(monkeypatch):
     result = crosscompile.compile_one("sm_90", kernels.cross_compile_specs("hopper")[0])
     assert not result.ok
     assert "shared memory" in result.error and result.shared > 1024
+
+
+def test_spills_count_the_stack_frame(monkeypatch):
+    """A kernel that moves registers between warp groups (setmaxnreg: the Gluon kernels) spills into its stack frame
+    with LOCAL 0: cuobjdump lines as sm_90 printed them for the Gluon decode before and after such a spill."""
+    monkeypatch.syspath_prepend(str(SCRIPT.parent))
+    crosscompile = importlib.import_module("crosscompile")
+    spilled = "Function k:REG:64 STACK:32 SHARED:1024 LOCAL:0 CONSTANT[0]:1136 TEXTURE:0 SURFACE:0 SAMPLER:0"
+    assert crosscompile._parse_cuda_resources(spilled) == (64, 32)
+    assert crosscompile._parse_cuda_resources(spilled.replace("STACK:32", "STACK:0")) == (64, 0)
+    assert crosscompile._parse_cuda_resources("Function k:REG:255 STACK:0 SHARED:0 LOCAL:40") == (255, 40)
+    assert crosscompile._parse_cuda_resources("") == (None, None)

@@ -49,8 +49,11 @@ def test_the_launcher_sends_only_covered_decode_calls_to_gluon(monkeypatch):
     assert _planned(inputs) == [GLUON_DECODE]
     scale = torch.ones((), dtype=torch.float32)
     assert _planned(inputs, k_descale=scale, v_descale=scale) == [GLUON_DECODE]
-    # vLLM's fp8-cache decode: q quantized to e4m3 with its descale, a bf16 out (with decode_gluon_fp8_q)
+    # vLLM's fp8-cache decode: q quantized to e4m3 with its descale, a bf16 out (decode_gluon_fp8_q: Hopper's default)
     fp8_q = make_inputs([1, 2], [40, 17], num_heads=(8, 2), head_size=128, dtype=FP8, kv_dtype=FP8, kv_layout="paged")
+    monkeypatch.delenv("TRITONFA_CONFIG")
+    assert _planned(fp8_q, q_descale=scale, k_descale=scale, v_descale=scale) == [GLUON_DECODE]
+    _gluon_on(monkeypatch, decode_gluon_fp8_q=False)
     assert _planned(fp8_q, q_descale=scale, k_descale=scale, v_descale=scale) != [GLUON_DECODE]
     _gluon_on(monkeypatch, decode_gluon_fp8_q=True)
     assert _planned(fp8_q, q_descale=scale, k_descale=scale, v_descale=scale) == [GLUON_DECODE]
@@ -101,9 +104,9 @@ def test_gluon_decode_matches_the_reference(monkeypatch, stages, block_size):
 @pytest.mark.skipif(not ON_HOPPER, reason="the Gluon decode runs on Hopper only (CI cross-compiles it)")
 @pytest.mark.parametrize("descale", ["scalar", "per_head"])
 def test_gluon_decode_with_an_fp8_q(monkeypatch, descale):
-    """What vLLM sends for an fp8 cache (decode_gluon_fp8_q): q quantized to e4m3 with its descale (one fp8 QK term,
+    """What vLLM sends for an fp8 cache (decode_gluon_fp8_q, on): q quantized to e4m3 with its descale (one fp8 QK term,
     no split), K/V descales, a bf16 out; NaN-poisoned cache slots, empty and short contexts, q-len up to 4."""
-    _gluon_on(monkeypatch, decode_gluon_fp8_q=True)
+    _gluon_on(monkeypatch)  # decode_gluon_fp8_q: Hopper's default
     seqlens_q, seqlens_k = [1, 2, 1, 4, 1], [scaled(300, 2000), 64, 0, 17, scaled(129, 1025)]
     inputs = make_inputs(seqlens_q, seqlens_k, num_heads=(8, 2), head_size=128, dtype=FP8, kv_dtype=FP8,
                          kv_layout="paged")  # fmt: skip
@@ -114,14 +117,11 @@ def test_gluon_decode_with_an_fp8_q(monkeypatch, descale):
 
 
 @pytest.mark.skipif(not ON_HOPPER, reason="the Gluon decode runs on Hopper only (CI cross-compiles it)")
-@pytest.mark.parametrize("row_sums_per_thread", [False, True])
 @pytest.mark.parametrize("q_dtype", [torch.bfloat16, FP8])
-def test_gluon_decode_with_v_read_from_its_slot(monkeypatch, q_dtype, row_sums_per_thread):
-    """The opt-in leaner block step (decode_gluon_v_from_slot, decode_gluon_row_sums_per_thread): V read from its
-    ring slot straight into the P@V operand layout (keys past the sequence zeroed there), row sums of P per thread;
-    NaN-poisoned pages of 16 and 64 keys, empty / one-key / block-edge / long contexts, q-len up to 4."""
-    _gluon_on(monkeypatch, decode_gluon_fp8_q=True, decode_gluon_v_from_slot=True,
-              decode_gluon_row_sums_per_thread=row_sums_per_thread)  # fmt: skip
+def test_gluon_decode_at_block_edges(monkeypatch, q_dtype):
+    """Hopper's default Gluon decode (bf16 or e4m3 q): NaN-poisoned pages of 16 and 64 keys, empty / one-key /
+    block-edge / long contexts (keys past the sequence must be zeroed in V's slot), q-len up to 4."""
+    monkeypatch.delenv("TRITONFA_CONFIG", raising=False)
     seqlens_q, seqlens_k = [1, 4, 1, 1, 2, 3], [scaled(300, 2000), 17, 0, 1, 64, scaled(129, 4097)]
     for block_size in (16, 64):
         inputs = make_inputs(seqlens_q, seqlens_k, num_heads=(8, 2), head_size=128, dtype=q_dtype, kv_dtype=FP8,
@@ -139,21 +139,19 @@ def test_gluon_decode_with_v_read_from_its_slot(monkeypatch, q_dtype, row_sums_p
 def test_gluon_decode_split_kv(monkeypatch, q_dtype):
     """decode_gluon_split: splits of a context's 64-key blocks (explicit counts, more splits than a short context
     can use, and the automatic count), partial results merged by combine_splits_kernel; with lse, descales, empty
-    and one-key contexts, q-len up to 4, the leaner block step on and off."""
+    and one-key contexts, q-len up to 4."""
     seqlens_q, seqlens_k = [1, 4, 1, 1, 2], [scaled(700, 5000), 17, 0, 1, scaled(300, 2000)]
     inputs = make_inputs(seqlens_q, seqlens_k, num_heads=(8, 2), head_size=128, dtype=q_dtype, kv_dtype=FP8,
                          kv_layout="paged")  # fmt: skip
     scales = {name: fp8_descale("per_head", len(seqlens_q), 2) for name in ("k_descale", "v_descale")}
     if q_dtype == FP8:
         scales["q_descale"] = fp8_descale("scalar", len(seqlens_q), 2)
-    for lean in (False, True):
-        _gluon_on(monkeypatch, decode_gluon_fp8_q=True, decode_gluon_split=True, decode_gluon_v_from_slot=lean,
-                  decode_gluon_row_sums_per_thread=lean)  # fmt: skip
-        for num_splits in (3, 8):
-            planned = _planned(inputs, max_seqlen_q=inputs.max_seqlen_q, num_splits=num_splits, **scales)
-            assert planned == [GLUON_DECODE, "combine_splits_kernel"]
-            check_low_precision(inputs, causal=True, num_splits=num_splits, **scales)
-        check_low_precision(inputs, causal=False, num_splits=0, **scales)
+    _gluon_on(monkeypatch, decode_gluon_split=True)
+    for num_splits in (3, 8):
+        planned = _planned(inputs, max_seqlen_q=inputs.max_seqlen_q, num_splits=num_splits, **scales)
+        assert planned == [GLUON_DECODE, "combine_splits_kernel"]
+        check_low_precision(inputs, causal=True, num_splits=num_splits, **scales)
+    check_low_precision(inputs, causal=False, num_splits=0, **scales)
 
 
 @pytest.mark.skipif(not ON_HOPPER, reason="the Gluon decode runs on Hopper only (CI cross-compiles it)")

@@ -59,17 +59,12 @@ class AttentionConfig:
     # on, see _KEYS_AS_ROWS_DECODE; 2 stages: 3 and 4 were slower, more shared memory per program)
     decode_gluon: bool = False
     decode_gluon_stages: int = 2
-    # with decode_gluon: an e4m3 q with its descale (what vLLM sends for an fp8 cache) goes there too. Opt-in until
-    # it has run on a GPU (else such calls keep the keys-as-rows tile)
+    # with decode_gluon: an e4m3 q with its descale (what vLLM sends for an fp8 cache) goes there too (Hopper D 128:
+    # on; else such calls keep the keys-as-rows tile)
     decode_gluon_fp8_q: bool = False
-    # Gluon decode, fewer block-wide barriers per 64-key block (sm_90 PTX: 24 -> 9, both: 6): V read from its slot
-    # straight into the P@V operand layout (byte loads) instead of a transposing convert through a 2 KB scratch in
-    # 8 rounds; the row sums of P kept per thread, summed over the keys once after the loop. Opt-in until measured
-    decode_gluon_v_from_slot: bool = False
-    decode_gluon_row_sums_per_thread: bool = False
     # Gluon decode for the calls the portable kernel would split (few sequences x KV heads, long contexts: vLLM at
-    # batch <= 32 with 8 KV heads on an H200): per-split partial results, merged by combine_splits_kernel. Opt-in
-    # until measured (else those calls keep the portable kernel)
+    # batch <= 32 with 8 KV heads on an H200): per-split partial results, merged by combine_splits_kernel. Opt-in:
+    # fp8 b8x32768 paged 0.209 (portable split) -> 0.251 ms, every round (H100, session 24)
     decode_gluon_split: bool = False
     # Hopper prefill: calls the warp-specialized Gluon kernel covers (kernels/attention_hopper.py) go there
     warp_specialized: bool = False
@@ -257,14 +252,11 @@ _TABLE: dict[tuple[str, bool], dict[int, AttentionConfig]] = {
 # instead of two; fp8-KV decode b64x2048 paged, every round: H100 (session 20) 0.1155 -> 0.1089 ms (-5.6%), H200
 # (session 21) 0.1023 -> 0.1000 ms (-2.2%) (kernel/results/2026-12-05-h100-session20, 2026-12-05-h200-session21)
 # The fp8-KV paged calls the Gluon decode covers go there instead (decode_gluon): b64x2048 paged, every round,
-# 0.0996-0.1005 -> 0.0805-0.0809 ms (H200, session 23; kernel/results/2026-12-05-h200-session23)
-_KEYS_AS_ROWS_DECODE: dict[str, dict[int, AttentionConfig]] = {
-    "hopper": {
-        128: AttentionConfig(
-            16, 64, 4, 2, pack_gqa=True, decode_keys_as_rows=True, max_registers=128, decode_gluon=True
-        )
-    },
-}
+# 0.0996-0.1005 -> 0.0805-0.0809 ms (H200, session 23; kernel/results/2026-12-05-h200-session23); with an e4m3 q
+# (vLLM's fp8 cache) too (decode_gluon_fp8_q): every round 0.1054-0.1064 -> 0.1005-0.1018 ms (H100, session 24)
+_HOPPER_D128_DECODE = AttentionConfig(16, 64, 4, 2, pack_gqa=True, decode_keys_as_rows=True, max_registers=128,
+                                      decode_gluon=True, decode_gluon_fp8_q=True)  # fmt: skip
+_KEYS_AS_ROWS_DECODE: dict[str, dict[int, AttentionConfig]] = {"hopper": {128: _HOPPER_D128_DECODE}}
 
 
 # Shared memory per program (bytes) that a config may plan for; Triton fails to launch a kernel that needs more.

@@ -161,8 +161,8 @@ if HAS_GLUON:
                          GROUP: gl.constexpr, PAGE_SIZE: gl.constexpr, HAS_SEQUSED: gl.constexpr,
                          Q_FP8: gl.constexpr, HAS_Q_DESCALE: gl.constexpr, HAS_K_DESCALE: gl.constexpr,
                          HAS_V_DESCALE: gl.constexpr, RETURN_LSE: gl.constexpr, CAUSAL: gl.constexpr,
-                         V_FROM_SLOT: gl.constexpr, ROW_SUMS_PER_THREAD: gl.constexpr, SPLIT_KV: gl.constexpr,
-                         MIN_BLOCKS_PER_SPLIT: gl.constexpr, num_warps: gl.constexpr):  # fmt: skip
+                         SPLIT_KV: gl.constexpr, MIN_BLOCKS_PER_SPLIT: gl.constexpr,
+                         num_warps: gl.constexpr):  # fmt: skip
         STAGES: gl.constexpr = k_bufs.type.shape[0]
         BLOCK_N: gl.constexpr = k_bufs.type.shape[1]
         HEAD_DIM: gl.constexpr = k_bufs.type.shape[2]
@@ -235,9 +235,6 @@ if HAS_GLUON:
             token = gl.expand_dims(gl.arange(0, BLOCK_M, layout=col_layout) // GROUP, 0)
             last_key = gl.minimum(last_key, seq_k_len - seq_q_len + token)
         o_key_v = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, v_layout))
-        o_key_vt = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, v_op_layout))
-        # ROW_SUMS_PER_THREAD: P^T summed elementwise, over the keys once after the loop (no cross-warp sum per block)
-        l_t = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, s_layout)
         for i in range(block_hi - block_lo):
             j = block_lo + i
             s = i % STAGES
@@ -249,15 +246,11 @@ if HAS_GLUON:
                 tok = warpgroup_mma(k_tile, q_lo_smem.permute((1, 0)), tok, is_async=True)
             # V widened while the QK wgmmas run: keys past the sequence zeroed (a stale slot may hold NaN)
             mbarrier.wait(ready.index(2 * s + 1), phase)
-            if V_FROM_SLOT:
-                # read from the slot straight into the operand layout (byte loads, no barrier); the transposing
-                # convert below goes through a 2 KB scratch in 8 rounds of store / bar.sync / load / bar.sync
-                v_op = v_bufs.index(s).permute((1, 0)).load(v_op_layout).to(gl.float16)  # V^T [D, BN]
-                v_op = gl.where(gl.expand_dims(j * BLOCK_N + o_key_vt < seq_k_len, 0), v_op, gl.zeros_like(v_op))
-            else:
-                b_v = v_bufs.index(s).load(v_layout).to(gl.float16)  # [BN, D]
-                b_v = gl.where(gl.expand_dims(j * BLOCK_N + o_key_v < seq_k_len, 1), b_v, gl.zeros_like(b_v))
-                v_op = gl.convert_layout(gl.permute(b_v, (1, 0)), v_op_layout)  # V^T [D, BN], the A operand
+            # (read straight into the operand layout instead of this transposing convert, V spilled: H100,
+            # session 24, +5%; kernel/PERF_NOTES.md)
+            b_v = v_bufs.index(s).load(v_layout).to(gl.float16)  # [BN, D]
+            b_v = gl.where(gl.expand_dims(j * BLOCK_N + o_key_v < seq_k_len, 1), b_v, gl.zeros_like(b_v))
+            v_op = gl.convert_layout(gl.permute(b_v, (1, 0)), v_op_layout)  # V^T [D, BN], the A operand
             b_st = warpgroup_mma_wait(num_outstanding=0, deps=(tok,))
             _thread_barrier()  # every warp's reads of V's slot
             mbarrier.arrive(empty.index(s), count=1)  # K and V of this slot are read: the producer may refill it
@@ -268,10 +261,7 @@ if HAS_GLUON:
             m_safe = gl.where(m_new == float("-inf"), 0.0, m_new)
             alpha = gl.exp2(m_i - m_safe)
             b_pt = gl.exp2(b_st * gl.expand_dims(fold, 0) - gl.expand_dims(m_safe, 0))  # P^T [BN, BM]
-            if ROW_SUMS_PER_THREAD:
-                l_t = l_t * gl.expand_dims(alpha, 0) + b_pt
-            else:
-                l_i = l_i * alpha + gl.sum(b_pt, axis=0)
+            l_i = l_i * alpha + gl.sum(b_pt, axis=0)
             m_i = m_new
             p_smem.store(gl.permute(b_pt.to(gl.float16), (1, 0)))  # P [BM, BN]: keys contiguous
             fence_async_shared()
@@ -280,8 +270,6 @@ if HAS_GLUON:
             tok = warpgroup_mma(v_op, p_smem.permute((1, 0)), acc, is_async=True)
             acc = warpgroup_mma_wait(num_outstanding=0, deps=(tok,))
 
-        if ROW_SUMS_PER_THREAD:
-            l_i = gl.sum(l_t, axis=0)
         # rows that saw no key have l = 0 and O = 0: divide by 1 so they come out as 0, not NaN
         l_safe = gl.where(l_i == 0.0, 1.0, l_i)
         o_factor = 1.0 / l_safe
@@ -367,8 +355,6 @@ if HAS_GLUON:
         HAS_V_DESCALE: gl.constexpr,
         RETURN_LSE: gl.constexpr,
         CAUSAL: gl.constexpr,
-        V_FROM_SLOT: gl.constexpr,
-        ROW_SUMS_PER_THREAD: gl.constexpr,
         SPLIT_KV: gl.constexpr,  # program_id(2) picks a slice of the KV blocks; combine_splits_kernel merges
         MIN_BLOCKS_PER_SPLIT: gl.constexpr,
     ):
@@ -397,8 +383,8 @@ if HAS_GLUON:
                     stride_lse_head, stride_qdesc_seq, stride_qdesc_head, stride_kdesc_seq, stride_kdesc_head,
                     stride_vdesc_seq, stride_vdesc_head, split_out_ptr, split_lse_ptr, stride_split_out,
                     stride_split_tok, stride_split_head, stride_split_lse, stride_split_lse_head, GROUP, PAGE_SIZE,
-                    HAS_SEQUSED, Q_FP8, HAS_Q_DESCALE, HAS_K_DESCALE, HAS_V_DESCALE, RETURN_LSE, CAUSAL, V_FROM_SLOT,
-                    ROW_SUMS_PER_THREAD, SPLIT_KV, MIN_BLOCKS_PER_SPLIT, gl.num_warps())),
+                    HAS_SEQUSED, Q_FP8, HAS_Q_DESCALE, HAS_K_DESCALE, HAS_V_DESCALE, RETURN_LSE, CAUSAL, SPLIT_KV,
+                    MIN_BLOCKS_PER_SPLIT, gl.num_warps())),
                 (_decode_producer, (
                     k_desc, v_desc, k_bufs, v_bufs, ready, empty, block_table_ptr, stride_bt_seq, num_cache_blocks,
                     max_blocks, seqused_k_ptr, cu_seqlens_k_ptr, k_rows_per_block, k_rows_per_head, k_cols_per_head,
@@ -416,8 +402,7 @@ def _box_layout(rows: int):
 
 
 def plan_hopper_decode(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, softmax_scale,
-                       causal: bool, q_descale, k_descale, v_descale, stages: int, v_from_slot: bool = False,
-                       row_sums_per_thread: bool = False, split_out=None, split_lse=None,
+                       causal: bool, q_descale, k_descale, v_descale, stages: int, split_out=None, split_lse=None,
                        min_blocks_per_split: int = 1):  # fmt: skip
     """(kernel, grid, args, constexprs, options) of one launch; the caller checked `supports`. With split_out /
     split_lse ([num_splits, total_q, Hq, D] / [num_splits, Hq, total_q] fp32) the launch writes partial results for
@@ -457,8 +442,6 @@ def plan_hopper_decode(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k,
         HAS_V_DESCALE=v_descale is not None,
         RETURN_LSE=lse is not None,
         CAUSAL=causal,
-        V_FROM_SLOT=v_from_slot,
-        ROW_SUMS_PER_THREAD=row_sums_per_thread,
         SPLIT_KV=split_out is not None,
         MIN_BLOCKS_PER_SPLIT=min_blocks_per_split,
     )
