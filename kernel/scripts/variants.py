@@ -261,6 +261,15 @@ def main(argv: list[str] | None = None) -> int:
     plans = sorted(PLANS) if args.plan == "all" else args.plan.split(",")
     only = [s for s in args.only.split(",") if s]
     wanted = [s for s in args.variants.split(",") if s]
+    # a filter that selects nothing is a mistake (a regular expression where substrings are expected: session 24
+    # lost a step to one): say so before any GPU work
+    unknown = [p for p in plans if p not in PLANS]
+    planned = [name for p in plans if p in PLANS for name in PLANS[p][0]]
+    unmatched = [s for s in only if not any(matches(name, s) for name in planned)]
+    unknown_variants = [v for v in wanted if not any(v in PLANS[p][1] for p in plans if p in PLANS)]
+    if unknown or unmatched or unknown_variants:
+        parser.error(f"unknown plans {unknown}, --only entries matching no workload of the plans {unmatched}, "
+                     f"unknown variants {unknown_variants} (--only takes substrings; ^ and $ anchor one)")  # fmt: skip
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     device = torch.device("cuda")
