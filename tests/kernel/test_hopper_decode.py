@@ -117,11 +117,16 @@ def test_gluon_decode_with_an_fp8_q(monkeypatch, descale):
 
 
 @pytest.mark.skipif(not ON_HOPPER, reason="the Gluon decode runs on Hopper only (CI cross-compiles it)")
+@pytest.mark.parametrize("v16_smem", [False, True])
 @pytest.mark.parametrize("q_dtype", [torch.bfloat16, FP8])
-def test_gluon_decode_at_block_edges(monkeypatch, q_dtype):
-    """Hopper's default Gluon decode (bf16 or e4m3 q): NaN-poisoned pages of 16 and 64 keys, empty / one-key /
-    block-edge / long contexts (keys past the sequence must be zeroed in V's slot), q-len up to 4."""
-    monkeypatch.delenv("TRITONFA_CONFIG", raising=False)
+def test_gluon_decode_at_block_edges(monkeypatch, q_dtype, v16_smem):
+    """Hopper's default Gluon decode (bf16 or e4m3 q), and with V widened into its slot for P @ V (the opt-in
+    decode_gluon_v16_smem): NaN-poisoned pages of 16 and 64 keys, empty / one-key / block-edge / long contexts (keys
+    past the sequence must be zeroed before P @ V), q-len up to 4."""
+    if v16_smem:
+        _gluon_on(monkeypatch, decode_gluon_v16_smem=True)
+    else:
+        monkeypatch.delenv("TRITONFA_CONFIG", raising=False)
     seqlens_q, seqlens_k = [1, 4, 1, 1, 2, 3], [scaled(300, 2000), 17, 0, 1, 64, scaled(129, 4097)]
     for block_size in (16, 64):
         inputs = make_inputs(seqlens_q, seqlens_k, num_heads=(8, 2), head_size=128, dtype=q_dtype, kv_dtype=FP8,
@@ -135,18 +140,19 @@ def test_gluon_decode_at_block_edges(monkeypatch, q_dtype):
 
 
 @pytest.mark.skipif(not ON_HOPPER, reason="the Gluon decode runs on Hopper only (CI cross-compiles it)")
+@pytest.mark.parametrize("v16_smem", [False, True])
 @pytest.mark.parametrize("q_dtype", [torch.bfloat16, FP8])
-def test_gluon_decode_split_kv(monkeypatch, q_dtype):
+def test_gluon_decode_split_kv(monkeypatch, q_dtype, v16_smem):
     """decode_gluon_split: splits of a context's 64-key blocks (explicit counts, more splits than a short context
     can use, and the automatic count), partial results merged by combine_splits_kernel; with lse, descales, empty
-    and one-key contexts, q-len up to 4."""
+    and one-key contexts, q-len up to 4; V in registers or widened into its slot (decode_gluon_v16_smem)."""
     seqlens_q, seqlens_k = [1, 4, 1, 1, 2], [scaled(700, 5000), 17, 0, 1, scaled(300, 2000)]
     inputs = make_inputs(seqlens_q, seqlens_k, num_heads=(8, 2), head_size=128, dtype=q_dtype, kv_dtype=FP8,
                          kv_layout="paged")  # fmt: skip
     scales = {name: fp8_descale("per_head", len(seqlens_q), 2) for name in ("k_descale", "v_descale")}
     if q_dtype == FP8:
         scales["q_descale"] = fp8_descale("scalar", len(seqlens_q), 2)
-    _gluon_on(monkeypatch, decode_gluon_split=True)
+    _gluon_on(monkeypatch, decode_gluon_split=True, decode_gluon_v16_smem=v16_smem)
     for num_splits in (3, 8):
         planned = _planned(inputs, max_seqlen_q=inputs.max_seqlen_q, num_splits=num_splits, **scales)
         assert planned == [GLUON_DECODE, "combine_splits_kernel"]

@@ -62,6 +62,11 @@ class AttentionConfig:
     # with decode_gluon: an e4m3 q with its descale (what vLLM sends for an fp8 cache) goes there too (Hopper D 128:
     # on; else such calls keep the keys-as-rows tile)
     decode_gluon_fp8_q: bool = False
+    # Gluon decode: each block's V widened into its ring slot (K's and V's fp8 bytes are read by then) and P @ V
+    # reading it from shared memory, instead of the transposing convert into the A operand in registers (16 of the
+    # block's 24 barriers); the slot goes back to the producer after P @ V instead of before the softmax. Opt-in
+    # until measured
+    decode_gluon_v16_smem: bool = False
     # Gluon decode for the calls the portable kernel would split (few sequences x KV heads, long contexts: vLLM at
     # batch <= 32 with 8 KV heads on an H200): per-split partial results, merged by combine_splits_kernel. Opt-in:
     # fp8 b8x32768 paged 0.209 (portable split) -> 0.251 ms, every round (H100, session 24)

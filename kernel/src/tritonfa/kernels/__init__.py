@@ -230,13 +230,16 @@ def _hopper_decode_specs() -> list[dict[str, Any]]:
     """The Gluon fp8-KV decode (config `decode_gluon`): ring depths 2 / 3 / 4 with 16-key pages, pages of 64 and
     256 keys, with and without lse, K lengths from seqused_k (causal) or cu_seqlens_k (not causal); a bf16 q, and an
     e4m3 q with its descale (what vLLM sends for an fp8 cache) into a bf16 out; split-KV partial results (the
-    opt-in decode_gluon_split)."""
+    opt-in decode_gluon_split); V widened into its slot for P @ V (the opt-in decode_gluon_v16_smem)."""
     specs = []
     bf16, e4m3 = torch.bfloat16, torch.float8_e4m3fn
-    for stages, page_size, with_lse, seqused, q_dtype, split in (
-        (2, 16, True, True, bf16, False), (3, 16, False, True, bf16, False), (4, 16, True, False, bf16, False),
-        (2, 64, False, True, bf16, False), (2, 256, True, True, bf16, False), (2, 16, False, True, e4m3, False),
-        (2, 16, False, True, e4m3, True), (2, 16, True, True, bf16, True),
+    for stages, page_size, with_lse, seqused, q_dtype, split, v16_smem in (
+        (2, 16, True, True, bf16, False, False), (3, 16, False, True, bf16, False, False),
+        (4, 16, True, False, bf16, False, False), (2, 64, False, True, bf16, False, False),
+        (2, 256, True, True, bf16, False, False), (2, 16, False, True, e4m3, False, False),
+        (2, 16, False, True, e4m3, True, False), (2, 16, True, True, bf16, True, False),
+        (2, 16, True, True, bf16, False, True), (2, 16, False, True, e4m3, False, True),
+        (2, 64, True, False, bf16, True, True),
     ):  # fmt: skip
         inputs = _meta_inputs("hopper", q_dtype, torch.float8_e4m3fn, 128, paged=True, decode=True,
                               features=False, page_size=page_size)  # fmt: skip
@@ -252,9 +255,9 @@ def _hopper_decode_specs() -> list[dict[str, Any]]:
         fn, _, args, constexprs, options = attention_hopper_decode.plan_hopper_decode(
             q, inputs["k"], inputs["v"], out, lse, inputs["cu_seqlens_q"], cu_seqlens_k,
             inputs["seqused_k"] if seqused else None, inputs["block_table"], 0.125, seqused, inputs["q_descale"],
-            inputs["k_descale"], inputs["v_descale"], stages, split_out, split_lse, MIN_BLOCKS_PER_SPLIT,
+            inputs["k_descale"], inputs["v_descale"], stages, split_out, split_lse, MIN_BLOCKS_PER_SPLIT, v16_smem,
         )  # fmt: skip
-        flags = [name for name in ("Q_FP8", "SPLIT_KV") if constexprs[name]]
+        flags = [name for name in ("Q_FP8", "SPLIT_KV", "V16_SMEM") if constexprs[name]]
         name = (f"{fn.__name__}[hopper d128 FP8_KV STAGES={stages} PAGE_SIZE={page_size} RETURN_LSE={with_lse} "
                 f"HAS_SEQUSED={seqused} CAUSAL={seqused}{''.join(' ' + flag for flag in flags)}]")  # fmt: skip
         specs.append(dict(name=name, fn=fn, bound_args=args, constexprs=constexprs, options=options, gluon=True))

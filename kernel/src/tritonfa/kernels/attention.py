@@ -1092,7 +1092,7 @@ def _plan_hopper_decode(
             *attention_hopper_decode.plan_hopper_decode(
                 q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, softmax_scale,
                 window_right == 0, q_descale, k_descale, v_descale, config.decode_gluon_stages,
-                split_out, split_lse, MIN_BLOCKS_PER_SPLIT,
+                split_out, split_lse, MIN_BLOCKS_PER_SPLIT, config.decode_gluon_v16_smem,
             )
         )
     ]  # fmt: skip

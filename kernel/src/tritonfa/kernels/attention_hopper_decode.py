@@ -94,13 +94,13 @@ if HAS_GLUON:
     PRODUCER_REGS = gl.constexpr(24)  # setmaxnreg of the producer warp: ids and box coordinates
 
     @gluon.jit
-    def _decode_producer(k_desc, v_desc, k_bufs, v_bufs, ready, empty, block_table_ptr, stride_bt_seq,
+    def _decode_producer(k_desc, v_desc, kv_bufs, ready, empty, block_table_ptr, stride_bt_seq,
                          num_cache_blocks, max_blocks, seqused_k_ptr, cu_seqlens_k_ptr, k_rows_per_block,
                          k_rows_per_head, k_cols_per_head, v_rows_per_block, v_rows_per_head, v_cols_per_head,
                          PAGE_SIZE: gl.constexpr, HAS_SEQUSED: gl.constexpr, SPLIT_KV: gl.constexpr,
                          MIN_BLOCKS_PER_SPLIT: gl.constexpr):  # fmt: skip
-        STAGES: gl.constexpr = k_bufs.type.shape[0]
-        BLOCK_N: gl.constexpr = k_bufs.type.shape[1]
+        STAGES: gl.constexpr = kv_bufs.type.shape[0] // 2
+        BLOCK_N: gl.constexpr = kv_bufs.type.shape[1]
         CHUNK: gl.constexpr = k_desc.block_type.shape[0]  # keys per box: min(PAGE_SIZE, BLOCK_N)
         CHUNKS: gl.constexpr = BLOCK_N // CHUNK
         seq = gl.program_id(0)
@@ -121,10 +121,10 @@ if HAS_GLUON:
                                       num_cache_blocks)  # fmt: skip
             # a fresh barrier's phase "1" counts as complete: the first round does not wait
             mbarrier.wait(empty.index(s), ((i // STAGES) & 1) ^ 1)
-            _page_boxes(k_desc, ready.index(2 * s), k_bufs.index(s), ids, o_chunk, j * BLOCK_N, k_rows_per_block,
-                        kv_head * k_rows_per_head, kv_head * k_cols_per_head, PAGE_SIZE)  # fmt: skip
-            _page_boxes(v_desc, ready.index(2 * s + 1), v_bufs.index(s), ids, o_chunk, j * BLOCK_N, v_rows_per_block,
-                        kv_head * v_rows_per_head, kv_head * v_cols_per_head, PAGE_SIZE)  # fmt: skip
+            _page_boxes(k_desc, ready.index(2 * s), kv_bufs.index(2 * s), ids, o_chunk, j * BLOCK_N,
+                        k_rows_per_block, kv_head * k_rows_per_head, kv_head * k_cols_per_head, PAGE_SIZE)  # fmt: skip
+            _page_boxes(v_desc, ready.index(2 * s + 1), kv_bufs.index(2 * s + 1), ids, o_chunk, j * BLOCK_N,
+                        v_rows_per_block, kv_head * v_rows_per_head, kv_head * v_cols_per_head, PAGE_SIZE)  # fmt: skip
 
     @gluon.jit
     def _split_blocks(num_blocks, SPLIT_KV: gl.constexpr, MIN_BLOCKS_PER_SPLIT: gl.constexpr):
@@ -151,7 +151,7 @@ if HAS_GLUON:
         return gl.minimum(gl.maximum(seq_k_len, 0), max_blocks * PAGE_SIZE)  # keys the block table can address
 
     @gluon.jit
-    def _decode_consumer(k_bufs, v_bufs, q_hi_smem, q_lo_smem, p_smem, ready, empty, q_ptr, out_ptr, lse_ptr,
+    def _decode_consumer(kv_bufs, q_hi_smem, q_lo_smem, p_smem, ready, empty, q_ptr, out_ptr, lse_ptr,
                          cu_seqlens_q_ptr, seqused_k_ptr, cu_seqlens_k_ptr, q_descale_ptr, k_descale_ptr,
                          v_descale_ptr, softmax_scale, max_blocks, total_q, stride_q_tok, stride_q_head, stride_o_tok,
                          stride_o_head, stride_lse_head, stride_qdesc_seq, stride_qdesc_head, stride_kdesc_seq,
@@ -161,11 +161,11 @@ if HAS_GLUON:
                          GROUP: gl.constexpr, PAGE_SIZE: gl.constexpr, HAS_SEQUSED: gl.constexpr,
                          Q_FP8: gl.constexpr, HAS_Q_DESCALE: gl.constexpr, HAS_K_DESCALE: gl.constexpr,
                          HAS_V_DESCALE: gl.constexpr, RETURN_LSE: gl.constexpr, CAUSAL: gl.constexpr,
-                         SPLIT_KV: gl.constexpr, MIN_BLOCKS_PER_SPLIT: gl.constexpr,
+                         SPLIT_KV: gl.constexpr, MIN_BLOCKS_PER_SPLIT: gl.constexpr, V16_SMEM: gl.constexpr,
                          num_warps: gl.constexpr):  # fmt: skip
-        STAGES: gl.constexpr = k_bufs.type.shape[0]
-        BLOCK_N: gl.constexpr = k_bufs.type.shape[1]
-        HEAD_DIM: gl.constexpr = k_bufs.type.shape[2]
+        STAGES: gl.constexpr = kv_bufs.type.shape[0] // 2
+        BLOCK_N: gl.constexpr = kv_bufs.type.shape[1]
+        HEAD_DIM: gl.constexpr = kv_bufs.type.shape[2]
         BLOCK_M: gl.constexpr = q_hi_smem.type.shape[0]
         seq = gl.program_id(0)
         kv_head = gl.program_id(1)
@@ -235,25 +235,36 @@ if HAS_GLUON:
             token = gl.expand_dims(gl.arange(0, BLOCK_M, layout=col_layout) // GROUP, 0)
             last_key = gl.minimum(last_key, seq_k_len - seq_q_len + token)
         o_key_v = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, v_layout))
+        # V16_SMEM: the slot's 16 KB (K's and V's fp8 bytes) hold the block's V in fp16 for P @ V
+        v16_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, HEAD_DIM], gl.float16)
+        v16_bufs = kv_bufs._reinterpret(gl.float16, [STAGES, BLOCK_N, HEAD_DIM], v16_layout)  # slot s: fp8 2s, 2s+1
         for i in range(block_hi - block_lo):
             j = block_lo + i
             s = i % STAGES
             phase = (i // STAGES) & 1
             mbarrier.wait(ready.index(2 * s), phase)
-            k_tile = k_bufs.index(s)
+            k_tile = kv_bufs.index(2 * s)
             tok = warpgroup_mma(k_tile, q_hi_smem.permute((1, 0)), s_zero, use_acc=False, is_async=True)
             if not Q_FP8:
                 tok = warpgroup_mma(k_tile, q_lo_smem.permute((1, 0)), tok, is_async=True)
             # V widened while the QK wgmmas run: keys past the sequence zeroed (a stale slot may hold NaN)
             mbarrier.wait(ready.index(2 * s + 1), phase)
-            # (read straight into the operand layout instead of this transposing convert, V spilled: H100,
-            # session 24, +5%; kernel/PERF_NOTES.md)
-            b_v = v_bufs.index(s).load(v_layout).to(gl.float16)  # [BN, D]
+            b_v = kv_bufs.index(2 * s + 1).load(v_layout).to(gl.float16)  # [BN, D]
             b_v = gl.where(gl.expand_dims(j * BLOCK_N + o_key_v < seq_k_len, 1), b_v, gl.zeros_like(b_v))
-            v_op = gl.convert_layout(gl.permute(b_v, (1, 0)), v_op_layout)  # V^T [D, BN], the A operand
+            if not V16_SMEM:
+                # V^T [D, BN] as the A operand in registers: the transposing convert goes through a 2 KB scratch in
+                # 8 rounds of store / bar.sync / load / bar.sync (16 of the block's 24 barriers). (Read straight into
+                # the operand layout instead, V spilled: H100, session 24, +5%; kernel/PERF_NOTES.md)
+                v_op = gl.convert_layout(gl.permute(b_v, (1, 0)), v_op_layout)
             b_st = warpgroup_mma_wait(num_outstanding=0, deps=(tok,))
             _thread_barrier()  # every warp's reads of V's slot
-            mbarrier.arrive(empty.index(s), count=1)  # K and V of this slot are read: the producer may refill it
+            if V16_SMEM:
+                # K is consumed and every warp holds its V: the slot takes V in fp16 (one store, made visible to
+                # the wgmma by the fence and barrier before P @ V), and goes back to the producer after P @ V
+                v16_smem = v16_bufs.index(s)
+                v16_smem.store(b_v)
+            else:
+                mbarrier.arrive(empty.index(s), count=1)  # K and V of this slot are read: the producer may refill it
             i_key = gl.expand_dims(j * BLOCK_N + o_key, 1)  # [BN, 1]
             b_st = gl.where(i_key <= last_key, b_st, float("-inf"))
             m_tile = gl.max(b_st, axis=0) * fold  # [BM]
@@ -267,8 +278,14 @@ if HAS_GLUON:
             fence_async_shared()
             _thread_barrier()  # every warp's part of P before the P@V wgmma
             acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(0, o_layout)), 0)
-            tok = warpgroup_mma(v_op, p_smem.permute((1, 0)), acc, is_async=True)
-            acc = warpgroup_mma_wait(num_outstanding=0, deps=(tok,))
+            if V16_SMEM:
+                tok = warpgroup_mma(v16_smem.permute((1, 0)), p_smem.permute((1, 0)), acc, is_async=True)
+                acc = warpgroup_mma_wait(num_outstanding=0, deps=(tok,))
+                _thread_barrier()  # every warp's part of P @ V read the slot
+                mbarrier.arrive(empty.index(s), count=1)
+            else:
+                tok = warpgroup_mma(v_op, p_smem.permute((1, 0)), acc, is_async=True)
+                acc = warpgroup_mma_wait(num_outstanding=0, deps=(tok,))
 
         # rows that saw no key have l = 0 and O = 0: divide by 1 so they come out as 0, not NaN
         l_safe = gl.where(l_i == 0.0, 1.0, l_i)
@@ -357,12 +374,13 @@ if HAS_GLUON:
         CAUSAL: gl.constexpr,
         SPLIT_KV: gl.constexpr,  # program_id(2) picks a slice of the KV blocks; combine_splits_kernel merges
         MIN_BLOCKS_PER_SPLIT: gl.constexpr,
+        V16_SMEM: gl.constexpr,  # P @ V reads V widened into its slot instead of the A operand in registers
     ):
         BLOCK_N: gl.constexpr = 64
         HEAD_DIM: gl.constexpr = k_desc.block_type.shape[1]
         BLOCK_M: gl.constexpr = 16
-        k_bufs = gl.allocate_shared_memory(k_desc.dtype, [STAGES, BLOCK_N, HEAD_DIM], k_desc.layout)
-        v_bufs = gl.allocate_shared_memory(v_desc.dtype, [STAGES, BLOCK_N, HEAD_DIM], v_desc.layout)
+        # ring slot s: K's block at 2s, V's at 2s + 1 (adjacent: with V16_SMEM the 16 KB hold V in fp16)
+        kv_bufs = gl.allocate_shared_memory(k_desc.dtype, [2 * STAGES, BLOCK_N, HEAD_DIM], k_desc.layout)
         q_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_M, HEAD_DIM], gl.float8e4nv)
         q_hi_smem = gl.allocate_shared_memory(gl.float8e4nv, [BLOCK_M, HEAD_DIM], q_layout)
         q_lo_smem = gl.allocate_shared_memory(gl.float8e4nv, [BLOCK_M, HEAD_DIM], q_layout)
@@ -377,16 +395,16 @@ if HAS_GLUON:
         gl.warp_specialize(
             [
                 (_decode_consumer, (
-                    k_bufs, v_bufs, q_hi_smem, q_lo_smem, p_smem, ready, empty, q_ptr, out_ptr, lse_ptr,
+                    kv_bufs, q_hi_smem, q_lo_smem, p_smem, ready, empty, q_ptr, out_ptr, lse_ptr,
                     cu_seqlens_q_ptr, seqused_k_ptr, cu_seqlens_k_ptr, q_descale_ptr, k_descale_ptr, v_descale_ptr,
                     softmax_scale, max_blocks, total_q, stride_q_tok, stride_q_head, stride_o_tok, stride_o_head,
                     stride_lse_head, stride_qdesc_seq, stride_qdesc_head, stride_kdesc_seq, stride_kdesc_head,
                     stride_vdesc_seq, stride_vdesc_head, split_out_ptr, split_lse_ptr, stride_split_out,
                     stride_split_tok, stride_split_head, stride_split_lse, stride_split_lse_head, GROUP, PAGE_SIZE,
                     HAS_SEQUSED, Q_FP8, HAS_Q_DESCALE, HAS_K_DESCALE, HAS_V_DESCALE, RETURN_LSE, CAUSAL, SPLIT_KV,
-                    MIN_BLOCKS_PER_SPLIT, gl.num_warps())),
+                    MIN_BLOCKS_PER_SPLIT, V16_SMEM, gl.num_warps())),
                 (_decode_producer, (
-                    k_desc, v_desc, k_bufs, v_bufs, ready, empty, block_table_ptr, stride_bt_seq, num_cache_blocks,
+                    k_desc, v_desc, kv_bufs, ready, empty, block_table_ptr, stride_bt_seq, num_cache_blocks,
                     max_blocks, seqused_k_ptr, cu_seqlens_k_ptr, k_rows_per_block, k_rows_per_head, k_cols_per_head,
                     v_rows_per_block, v_rows_per_head, v_cols_per_head, PAGE_SIZE, HAS_SEQUSED, SPLIT_KV,
                     MIN_BLOCKS_PER_SPLIT)),
@@ -403,7 +421,7 @@ def _box_layout(rows: int):
 
 def plan_hopper_decode(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, softmax_scale,
                        causal: bool, q_descale, k_descale, v_descale, stages: int, split_out=None, split_lse=None,
-                       min_blocks_per_split: int = 1):  # fmt: skip
+                       min_blocks_per_split: int = 1, v16_smem: bool = False):  # fmt: skip
     """(kernel, grid, args, constexprs, options) of one launch; the caller checked `supports`. With split_out /
     split_lse ([num_splits, total_q, Hq, D] / [num_splits, Hq, total_q] fp32) the launch writes partial results for
     combine_splits_kernel, num_splits programs per (sequence, KV head)."""
@@ -444,6 +462,7 @@ def plan_hopper_decode(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k,
         CAUSAL=causal,
         SPLIT_KV=split_out is not None,
         MIN_BLOCKS_PER_SPLIT=min_blocks_per_split,
+        V16_SMEM=v16_smem,
     )
     grid = (num_seqs, num_kv_heads) if split_out is None else (num_seqs, num_kv_heads, split_out.shape[0])
     # launched at 64 registers a thread (8 warps: the consumer warpgroup, the producer's): four programs per SM;
