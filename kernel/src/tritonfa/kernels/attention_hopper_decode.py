@@ -250,7 +250,11 @@ if HAS_GLUON:
             # V widened while the QK wgmmas run: keys past the sequence zeroed (a stale slot may hold NaN)
             mbarrier.wait(ready.index(2 * s + 1), phase)
             b_v = kv_bufs.index(2 * s + 1).load(v_layout).to(gl.float16)  # [BN, D]
-            b_v = gl.where(gl.expand_dims(j * BLOCK_N + o_key_v < seq_k_len, 1), b_v, gl.zeros_like(b_v))
+            if V16_SMEM:
+                if (j + 1) * BLOCK_N > seq_k_len:  # only the last block has keys past the sequence (64 SELs)
+                    b_v = gl.where(gl.expand_dims(j * BLOCK_N + o_key_v < seq_k_len, 1), b_v, gl.zeros_like(b_v))
+            else:
+                b_v = gl.where(gl.expand_dims(j * BLOCK_N + o_key_v < seq_k_len, 1), b_v, gl.zeros_like(b_v))
             if not V16_SMEM:
                 # V^T [D, BN] as the A operand in registers: the transposing convert goes through a 2 KB scratch in
                 # 8 rounds of store / bar.sync / load / bar.sync (16 of the block's 24 barriers). (Read straight into
