@@ -153,8 +153,9 @@ DECODE_VARIANTS = {
     # an e4m3 q with its descale (vLLM's fp8 cache) there too: Hopper's default since session 24 (the same as
     # "default" there; H100: fp8 b64x2048 0.1054-0.1064 -> 0.1005-0.1018 ms)
     "gluon-fp8-q": {"decode_keys_as_rows": "tile", "decode_gluon": True, "decode_gluon_fp8_q": True},
-    # V widened into its ring slot for P @ V (decode_gluon_v16_smem: sm_90 SASS 24 -> 9 barriers and 471 -> ~360
-    # instructions per 64-key block, 0 spills, same shared memory; the slot goes back after P @ V)
+    # V widened into its ring slot for P @ V, row sums per thread (decode_gluon_v16_smem: sm_90 SASS 24 -> 6
+    # barriers and 471 -> ~330 instructions per 64-key block, 0 spills, same shared memory; the slot goes back
+    # after P @ V)
     "gluon-v16-smem": {
         "decode_keys_as_rows": "tile",
         "decode_gluon": True,

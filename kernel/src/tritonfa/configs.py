@@ -64,8 +64,9 @@ class AttentionConfig:
     decode_gluon_fp8_q: bool = False
     # Gluon decode: each block's V widened into its ring slot (K's and V's fp8 bytes are read by then) and P @ V
     # reading it from shared memory, instead of the transposing convert into the A operand in registers (16 of the
-    # block's 24 barriers; V's rows past the sequence zeroed in the last block only); the slot goes back to the
-    # producer after P @ V instead of before the softmax. Opt-in until measured
+    # block's 24 barriers; V's rows past the sequence zeroed in the last block only; P's row sums per thread, summed
+    # once after the loop); the slot goes back to the producer after P @ V instead of before the softmax. Opt-in
+    # until measured
     decode_gluon_v16_smem: bool = False
     # Gluon decode for the calls the portable kernel would split (few sequences x KV heads, long contexts: vLLM at
     # batch <= 32 with 8 KV heads on an H200): per-split partial results, merged by combine_splits_kernel. Opt-in:

@@ -238,6 +238,9 @@ if HAS_GLUON:
         # V16_SMEM: the slot's 16 KB (K's and V's fp8 bytes) hold the block's V in fp16 for P @ V
         v16_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, HEAD_DIM], gl.float16)
         v16_bufs = kv_bufs._reinterpret(gl.float16, [STAGES, BLOCK_N, HEAD_DIM], v16_layout)  # slot s: fp8 2s, 2s+1
+        # V16_SMEM: P's row sums kept per thread and summed over the keys once after the loop (no cross-warp sum per
+        # block: the registers V's operand held are free)
+        l_t = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, s_layout)
         for i in range(block_hi - block_lo):
             j = block_lo + i
             s = i % STAGES
@@ -276,7 +279,10 @@ if HAS_GLUON:
             m_safe = gl.where(m_new == float("-inf"), 0.0, m_new)
             alpha = gl.exp2(m_i - m_safe)
             b_pt = gl.exp2(b_st * gl.expand_dims(fold, 0) - gl.expand_dims(m_safe, 0))  # P^T [BN, BM]
-            l_i = l_i * alpha + gl.sum(b_pt, axis=0)
+            if V16_SMEM:
+                l_t = l_t * gl.expand_dims(alpha, 0) + b_pt
+            else:
+                l_i = l_i * alpha + gl.sum(b_pt, axis=0)
             m_i = m_new
             p_smem.store(gl.permute(b_pt.to(gl.float16), (1, 0)))  # P [BM, BN]: keys contiguous
             fence_async_shared()
@@ -291,6 +297,8 @@ if HAS_GLUON:
                 tok = warpgroup_mma(v_op, p_smem.permute((1, 0)), acc, is_async=True)
                 acc = warpgroup_mma_wait(num_outstanding=0, deps=(tok,))
 
+        if V16_SMEM:
+            l_i = gl.sum(l_t, axis=0)
         # rows that saw no key have l = 0 and O = 0: divide by 1 so they come out as 0, not NaN
         l_safe = gl.where(l_i == 0.0, 1.0, l_i)
         o_factor = 1.0 / l_safe
