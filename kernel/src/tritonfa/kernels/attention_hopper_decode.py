@@ -10,8 +10,7 @@ Scope (`supports`): a bf16 q, or an e4m3 q with its descale (vLLM quantizes q fo
 vLLM's paged layout that `paged_tma_view` describes, D 128 for q, K and V, pages of >= 16 keys, decode rows (q-len x
 group <= 16 per sequence), causal (bottom-right) or not, optional K/V descales, optional lse; no window, softcap,
 ALiBi, bias, sinks or output scale; split-KV partial results for the combine kernel (opt-in). Everything else stays
-on the portable kernel,
-which is also this kernel's CPU/ROCm twin (Gluon does not run in Triton's interpreter).
+on the portable kernel, which is also this kernel's CPU/ROCm twin (Gluon does not run in Triton's interpreter).
 
 Per program (one sequence x one KV head; the group's q heads x q-len are the 16 rows):
 - producer warp: page ids one block ahead, then per 64-key block the K and V boxes of its pages into ring slot
