@@ -171,6 +171,13 @@ DECODE_VARIANTS = {
         "decode_gluon_fp8_q": True,
         "decode_gluon_split": True,
     },
+    "gluon-split-v16-smem": {
+        "decode_keys_as_rows": "tile",
+        "decode_gluon": True,
+        "decode_gluon_fp8_q": True,
+        "decode_gluon_split": True,
+        "decode_gluon_v16_smem": True,
+    },
     "gluon-decode-s3": {"decode_keys_as_rows": "tile", "decode_gluon": True, "decode_gluon_stages": 3},
     "gluon-decode-s4": {"decode_keys_as_rows": "tile", "decode_gluon": True, "decode_gluon_stages": 4},
 }
