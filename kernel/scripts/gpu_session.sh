@@ -41,6 +41,8 @@
 #   verify                 GPU test suite, memcheck, benchmark (gpu_verify.sh; PEER_PYTHONPATH / PEER_READY;
 #                          VERIFY_PARTS picks and orders them, default "suite memcheck bench")
 #   verify:PARTS           the same with PARTS ('+'-separated, e.g. verify:bench or verify:suite+memcheck)
+#   pick-config            write CONFIG_FILE (default RESULTS_DIR/config.json) from the variants that won the A/B
+#                          steps so far (kernel/scripts/pick_config.py; none: an empty file), unless it exists
 #   await-config           wait up to AWAIT_CONFIG_S seconds (default 300) for the file CONFIG_FILE (default
 #                          RESULTS_DIR/config.json), then run the later steps with TRITONFA_CONFIG set to its contents
 #                          (a config chosen from the variants while the machine stays warm; empty file: defaults)
@@ -128,6 +130,16 @@ export PYTHONPATH="$PWD/kernel/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=
       verify:*)
         parts="${step#verify:}"
         VERIFY_PARTS="${parts//+/ }" bash kernel/scripts/gpu_verify.sh "$out" ;;
+      pick-config)
+        # the variants that won the A/B steps so far (kernel/scripts/pick_config.py) into CONFIG_FILE for
+        # await-config; a config file already there (written by hand) is kept
+        config_file="${CONFIG_FILE:-$out/config.json}"
+        if [ -e "$config_file" ]; then
+          echo "kept $config_file: $(cat "$config_file")"
+        else
+          python3 kernel/scripts/pick_config.py --out "$config_file.tmp" "$out"/variants-*.jsonl 2>&1 |
+            tee "$out/pick_config.log" && mv "$config_file.tmp" "$config_file"
+        fi ;;
       await-config)
         config_file="${CONFIG_FILE:-$out/config.json}"
         for _ in $(seq "${AWAIT_CONFIG_S:-300}"); do [ -e "$config_file" ] && break; sleep 1; done

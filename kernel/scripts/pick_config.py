@@ -1,0 +1,92 @@
+"""Pick the config variants that won an A/B (variants.py's JSONL) and write their TRITONFA_CONFIG.
+
+A variant wins when, on some workload, every round it took at most (1 - gain) of `default`'s time in the same round,
+on no workload any round took more than (1 + tolerance) of it (a setting that changes nothing there costs nothing),
+and its output was checked ("ok") every time. The winners' configs (as variants.py
+set them) are merged into one JSON object and written to --out; no winner writes an empty file (the defaults). A GPU
+session's chain runs this between its A/B steps and `await-config`, so the engines, the suite and the bench run the
+winners without a hand in the loop (kernel/scripts/gpu_session.sh, step `pick-config`).
+
+    python kernel/scripts/pick_config.py --out results/config.json results/variants-decode.jsonl
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+
+def pick(records: list[dict], gain: float, tolerance: float = 0.01) -> tuple[dict, list[str]]:
+    """(merged config of the winners, one line per variant saying why it won or lost)."""
+    # (workload, round) -> default's ms; (variant) -> [(workload, round, ms, status)]
+    default_ms: dict[tuple[str, int], float] = {}
+    runs: dict[str, list[tuple[str, int, float | None, str]]] = defaultdict(list)
+    configs: dict[str, dict] = {}
+    for r in records:
+        if r.get("impl") != "tritonfa":
+            continue
+        key = (r["workload"], r.get("round", 0))
+        if r["variant"] == "default":
+            if r["status"] == "ok" and r["ms"]:
+                default_ms[key] = r["ms"]
+            continue
+        runs[r["variant"]].append((r["workload"], r.get("round", 0), r["ms"], r["status"]))
+        configs[r["variant"]] = r.get("config") or {}
+    merged: dict = {}
+    lines = []
+    for variant, rows in sorted(runs.items()):
+        ratios = []
+        failed = [f"{w} r{rnd}: {status}" for w, rnd, _, status in rows if status != "ok"]
+        for w, rnd, ms, status in rows:
+            if status == "ok" and (w, rnd) in default_ms:
+                ratios.append((w, rnd, ms / default_ms[(w, rnd)]))
+        if failed:
+            lines.append(f"{variant}: loses (not ok: {', '.join(failed)})")
+            continue
+        if not ratios:
+            lines.append(f"{variant}: no round beside default")
+            continue
+        by_workload: dict[str, list[float]] = defaultdict(list)
+        for w, _, ratio in ratios:
+            by_workload[w].append(ratio)
+        won = sorted(w for w, rs in by_workload.items() if max(rs) <= 1.0 - gain)
+        lost = sorted(w for w, rs in by_workload.items() if max(rs) > 1.0 + tolerance)
+        summary = ", ".join(f"{w} r{rnd} {ratio:.3f}" for w, rnd, ratio in ratios)
+        if won and not lost:
+            lines.append(f"{variant}: wins every round by >= {gain:.0%} on {', '.join(won)} ({summary})")
+            for k, v in configs[variant].items():
+                if k in merged and merged[k] != v:
+                    lines.append(f"{variant}: {k}={v!r} conflicts with an earlier winner's {merged[k]!r}: kept that")
+                    continue
+                merged[k] = v
+        else:
+            lines.append(f"{variant}: loses{' on ' + ', '.join(lost) if lost else ''} ({summary})")
+    return merged, lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("jsonl", nargs="+", type=Path, help="variants.py result files")
+    parser.add_argument("--out", type=Path, required=True, help="the config file to write (empty: defaults)")
+    parser.add_argument("--gain", type=float, default=0.03, help="the least win in every round (default 0.03)")
+    parser.add_argument(
+        "--tolerance", type=float, default=0.01, help="the most any other workload may lose in a round (default 0.01)"
+    )
+    args = parser.parse_args(argv)
+    records = []
+    for path in args.jsonl:
+        if path.exists():
+            records += [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    merged, lines = pick(records, args.gain, args.tolerance)
+    for line in lines:
+        print(line)
+    args.out.write_text(json.dumps(merged) if merged else "")
+    print(f"{args.out}: {json.dumps(merged) if merged else '(empty: defaults)'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
