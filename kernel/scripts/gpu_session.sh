@@ -42,7 +42,8 @@
 #                          VERIFY_PARTS picks and orders them, default "suite memcheck bench")
 #   verify:PARTS           the same with PARTS ('+'-separated, e.g. verify:bench or verify:suite+memcheck)
 #   pick-config            write CONFIG_FILE (default RESULTS_DIR/config.json) from the variants that won the A/B
-#                          steps so far (kernel/scripts/pick_config.py; none: an empty file), unless it exists
+#                          steps so far (kernel/scripts/pick_config.py; none: an empty file), unless it exists or
+#                          a gate failed
 #   await-config           wait up to AWAIT_CONFIG_S seconds (default 300) for the file CONFIG_FILE (default
 #                          RESULTS_DIR/config.json), then run the later steps with TRITONFA_CONFIG set to its contents
 #                          (a config chosen from the variants while the machine stays warm; empty file: defaults)
@@ -64,6 +65,7 @@ export PYTHONPATH="$PWD/kernel/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=
   IFS=',' read -r -a step_list <<< "$steps"
   n=0
   skipping=0
+  gate_failed=0
   for step in "${step_list[@]}"; do
     n=$((n + 1))
     if [ "$step" = gate-end ]; then skipping=0; continue; fi
@@ -105,7 +107,7 @@ export PYTHONPATH="$PWD/kernel/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=
         echo "${PIPESTATUS[0]}" > "$out/ws_tests_$n.rc" ;;
       gate:*)
         rc_file="$out/ws_tests_${step#gate:}.rc"
-        if [ "$(cat "$rc_file" 2>/dev/null)" != 0 ]; then skipping=1; fi
+        if [ "$(cat "$rc_file" 2>/dev/null)" != 0 ]; then skipping=1; gate_failed=1; fi
         echo "gate on $rc_file: $(cat "$rc_file" 2>/dev/null || echo missing), skipping=$skipping" ;;
       profile) timeout -s KILL "${PROFILE_TIMEOUT:-300}" python3 kernel/scripts/profile_prefill.py \
         --out "$out/profile" 2>&1 | tail -n 20 ;;
@@ -136,6 +138,8 @@ export PYTHONPATH="$PWD/kernel/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=
         config_file="${CONFIG_FILE:-$out/config.json}"
         if [ -e "$config_file" ]; then
           echo "kept $config_file: $(cat "$config_file")"
+        elif [ "$gate_failed" = 1 ]; then
+          echo "a gate failed: no config picked (await-config waits for one written by hand)"
         else
           python3 kernel/scripts/pick_config.py --out "$config_file.tmp" "$out"/variants-*.jsonl 2>&1 |
             tee "$out/pick_config.log" && mv "$config_file.tmp" "$config_file"
