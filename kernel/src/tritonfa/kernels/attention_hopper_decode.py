@@ -90,6 +90,14 @@ def supports(q, k, v, out, block_table, max_seqlen_q: int, features: dict, page_
 
 
 if HAS_GLUON:
+    from triton.language.core import builtin
+
+    @builtin
+    def _reinterpret(desc, dtype, shape, layout, _semantic=None):
+        # a shared memory view as another type and shape: triton 3.6 spells it `_reinterpret`, later ones `reinterpret`
+        method = getattr(desc, "reinterpret", None) or desc._reinterpret
+        return method(dtype, shape, layout, _semantic=_semantic)
+
     LOG2E = gl.constexpr(1.4426950408889634)
     E4M3_MAX = gl.constexpr(448.0)
     PRODUCER_REGS = gl.constexpr(24)  # setmaxnreg of the producer warp: ids and box coordinates
@@ -238,7 +246,7 @@ if HAS_GLUON:
         o_key_v = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, v_layout))
         # V16_SMEM: the slot's 16 KB (K's and V's fp8 bytes) hold the block's V in fp16 for P @ V
         v16_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, HEAD_DIM], gl.float16)
-        v16_bufs = kv_bufs._reinterpret(gl.float16, [STAGES, BLOCK_N, HEAD_DIM], v16_layout)  # slot s: fp8 2s, 2s+1
+        v16_bufs = _reinterpret(kv_bufs, gl.float16, [STAGES, BLOCK_N, HEAD_DIM], v16_layout)  # slot s: fp8 2s, 2s+1
         # V16_SMEM: P's row sums kept per thread and summed over the keys once after the loop (no cross-warp sum per
         # block: the registers V's operand held are free)
         l_t = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, s_layout)
