@@ -162,6 +162,15 @@ DECODE_VARIANTS = {
         "decode_gluon_fp8_q": True,
         "decode_gluon_v16_smem": True,
     },
+    # with 3 stages (the slot is held through P @ V): an e4m3 q (vLLM's case, no q_lo buffer) fits 4 programs per
+    # SM at 55 KB; a bf16 q needs 57.4 KB, 3 programs per SM
+    "gluon-v16-smem-s3": {
+        "decode_keys_as_rows": "tile",
+        "decode_gluon": True,
+        "decode_gluon_fp8_q": True,
+        "decode_gluon_v16_smem": True,
+        "decode_gluon_stages": 3,
+    },
     # the Gluon decode for calls the portable kernel splits (decode_gluon_split: per-split partial results and the
     # combine launch). Session 24 measured it only with the leaner block step that spilled (V read from its slot,
     # per-thread row sums: +46% on b64x2048; removed): 0.251 vs the portable split's 0.209 ms

@@ -117,14 +117,14 @@ def test_gluon_decode_with_an_fp8_q(monkeypatch, descale):
 
 
 @pytest.mark.skipif(not ON_HOPPER, reason="the Gluon decode runs on Hopper only (CI cross-compiles it)")
-@pytest.mark.parametrize("v16_smem", [False, True])
+@pytest.mark.parametrize("v16_smem, stages", [(False, 2), (True, 2), (True, 3)])
 @pytest.mark.parametrize("q_dtype", [torch.bfloat16, FP8])
-def test_gluon_decode_at_block_edges(monkeypatch, q_dtype, v16_smem):
+def test_gluon_decode_at_block_edges(monkeypatch, q_dtype, v16_smem, stages):
     """Hopper's default Gluon decode (bf16 or e4m3 q), and with V widened into its slot for P @ V (the opt-in
     decode_gluon_v16_smem): NaN-poisoned pages of 16 and 64 keys, empty / one-key / block-edge / long contexts (keys
     past the sequence must be zeroed before P @ V), q-len up to 4."""
     if v16_smem:
-        _gluon_on(monkeypatch, decode_gluon_v16_smem=True)
+        _gluon_on(monkeypatch, decode_gluon_v16_smem=True, decode_gluon_stages=stages)
     else:
         monkeypatch.delenv("TRITONFA_CONFIG", raising=False)
     seqlens_q, seqlens_k = [1, 4, 1, 1, 2, 3], [scaled(300, 2000), 17, 0, 1, 64, scaled(129, 4097)]

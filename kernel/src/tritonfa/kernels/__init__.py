@@ -239,7 +239,7 @@ def _hopper_decode_specs() -> list[dict[str, Any]]:
         (2, 256, True, True, bf16, False, False), (2, 16, False, True, e4m3, False, False),
         (2, 16, False, True, e4m3, True, False), (2, 16, True, True, bf16, True, False),
         (2, 16, True, True, bf16, False, True), (2, 16, False, True, e4m3, False, True),
-        (2, 64, True, False, bf16, True, True),
+        (2, 64, True, False, bf16, True, True), (3, 16, False, True, e4m3, False, True),
     ):  # fmt: skip
         inputs = _meta_inputs("hopper", q_dtype, torch.float8_e4m3fn, 128, paged=True, decode=True,
                               features=False, page_size=page_size)  # fmt: skip
