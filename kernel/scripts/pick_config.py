@@ -2,10 +2,11 @@
 
 A variant wins when, on some workload, every round it took at most (1 - gain) of `default`'s time in the same round,
 on no workload any round took more than (1 + tolerance) of it (a setting that changes nothing there costs nothing),
-and its output was checked ("ok") every time. The winners' configs (as variants.py
-set them) are merged into one JSON object and written to --out; no winner writes an empty file (the defaults). A GPU
-session's chain runs this between its A/B steps and `await-config`, so the engines, the suite and the bench run the
-winners without a hand in the loop (kernel/scripts/gpu_session.sh, step `pick-config`).
+and its output was checked ("ok") every time. Winners on the same workload are alternatives: the one with the
+larger win is taken. The configs taken (as variants.py set them) are merged into one JSON object and written to
+--out; no winner writes an empty file (the defaults). A GPU session's chain runs this between its A/B steps and
+`await-config`, so the engines, the suite and the bench run the winners without a hand in the loop
+(kernel/scripts/gpu_session.sh, step `pick-config`).
 
     python kernel/scripts/pick_config.py --out results/config.json results/variants-decode.jsonl
 """
@@ -35,8 +36,8 @@ def pick(records: list[dict], gain: float, tolerance: float = 0.01) -> tuple[dic
             continue
         runs[r["variant"]].append((r["workload"], r.get("round", 0), r["ms"], r["status"]))
         configs[r["variant"]] = r.get("config") or {}
-    merged: dict = {}
     lines = []
+    winners = []  # (mean ratio on the workloads it won, variant, those workloads)
     for variant, rows in sorted(runs.items()):
         ratios = []
         failed = [f"{w} r{rnd}: {status}" for w, rnd, _, status in rows if status != "ok"]
@@ -57,13 +58,25 @@ def pick(records: list[dict], gain: float, tolerance: float = 0.01) -> tuple[dic
         summary = ", ".join(f"{w} r{rnd} {ratio:.3f}" for w, rnd, ratio in ratios)
         if won and not lost:
             lines.append(f"{variant}: wins every round by >= {gain:.0%} on {', '.join(won)} ({summary})")
-            for k, v in configs[variant].items():
-                if k in merged and merged[k] != v:
-                    lines.append(f"{variant}: {k}={v!r} conflicts with an earlier winner's {merged[k]!r}: kept that")
-                    continue
-                merged[k] = v
+            mean = sum(r for w in won for r in by_workload[w]) / sum(len(by_workload[w]) for w in won)
+            winners.append((mean, variant, set(won)))
         else:
             lines.append(f"{variant}: loses{' on ' + ', '.join(lost) if lost else ''} ({summary})")
+    # winners on the same workload are alternatives (their union was not measured): the larger win is taken; winners
+    # on different workloads (a decode step and a split form, say) are merged
+    merged: dict = {}
+    taken: dict[str, str] = {}  # workload -> the winner taken for it
+    for _, variant, won in sorted(winners, key=lambda t: (t[0], t[1])):
+        rivals = sorted({taken[w] for w in won if w in taken})
+        if rivals:
+            lines.append(f"{variant}: not taken, {', '.join(rivals)} won by more on the same workload")
+            continue
+        conflicts = [k for k, v in configs[variant].items() if k in merged and merged[k] != v]
+        if conflicts:
+            lines.append(f"{variant}: not taken, {', '.join(conflicts)} set otherwise by a larger winner")
+            continue
+        merged.update(configs[variant])
+        taken.update({w: variant for w in won})
     return merged, lines
 
 
