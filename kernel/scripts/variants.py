@@ -88,6 +88,8 @@ PREFILL_VARIANTS = {
     "ws-bn64-s3": {"ws_block_n": 64, "ws_stages": 3},
     "ws-bn64-s4": {"ws_block_n": 64, "ws_stages": 4},
 }
+# Hopper's Gluon decode as it is the default there (session 24): the base of the Gluon variants below
+_GLUON_DECODE = {"decode_keys_as_rows": "tile", "decode_gluon": True, "decode_gluon_fp8_q": True}
 DECODE_VARIANTS = {
     "default": {},
     "bn64-s3": {"block_n": 64, "num_stages": 3},
@@ -152,41 +154,19 @@ DECODE_VARIANTS = {
     "gluon-decode-s2": {"decode_keys_as_rows": "tile", "decode_gluon": True, "decode_gluon_stages": 2},
     # an e4m3 q with its descale (vLLM's fp8 cache) there too: Hopper's default since session 24 (the same as
     # "default" there; H100: fp8 b64x2048 0.1054-0.1064 -> 0.1005-0.1018 ms)
-    "gluon-fp8-q": {"decode_keys_as_rows": "tile", "decode_gluon": True, "decode_gluon_fp8_q": True},
+    "gluon-fp8-q": {**_GLUON_DECODE},
     # V widened into its ring slot for P @ V, row sums per thread (decode_gluon_v16_smem: sm_90 SASS 24 -> 6
     # barriers and 471 -> ~330 instructions per 64-key block, 0 spills, same shared memory; the slot goes back
     # after P @ V)
-    "gluon-v16-smem": {
-        "decode_keys_as_rows": "tile",
-        "decode_gluon": True,
-        "decode_gluon_fp8_q": True,
-        "decode_gluon_v16_smem": True,
-    },
+    "gluon-v16-smem": {**_GLUON_DECODE, "decode_gluon_v16_smem": True},
     # with 3 stages (the slot is held through P @ V): an e4m3 q (vLLM's case, no q_lo buffer) fits 4 programs per
     # SM at 55 KB; a bf16 q needs 57.4 KB, 3 programs per SM
-    "gluon-v16-smem-s3": {
-        "decode_keys_as_rows": "tile",
-        "decode_gluon": True,
-        "decode_gluon_fp8_q": True,
-        "decode_gluon_v16_smem": True,
-        "decode_gluon_stages": 3,
-    },
+    "gluon-v16-smem-s3": {**_GLUON_DECODE, "decode_gluon_v16_smem": True, "decode_gluon_stages": 3},
     # the Gluon decode for calls the portable kernel splits (decode_gluon_split: per-split partial results and the
     # combine launch). Session 24 measured it only with the leaner block step that spilled (V read from its slot,
     # per-thread row sums: +46% on b64x2048; removed): 0.251 vs the portable split's 0.209 ms
-    "gluon-split": {
-        "decode_keys_as_rows": "tile",
-        "decode_gluon": True,
-        "decode_gluon_fp8_q": True,
-        "decode_gluon_split": True,
-    },
-    "gluon-split-v16-smem": {
-        "decode_keys_as_rows": "tile",
-        "decode_gluon": True,
-        "decode_gluon_fp8_q": True,
-        "decode_gluon_split": True,
-        "decode_gluon_v16_smem": True,
-    },
+    "gluon-split": {**_GLUON_DECODE, "decode_gluon_split": True},
+    "gluon-split-v16-smem": {**_GLUON_DECODE, "decode_gluon_split": True, "decode_gluon_v16_smem": True},
     "gluon-decode-s3": {"decode_keys_as_rows": "tile", "decode_gluon": True, "decode_gluon_stages": 3},
     "gluon-decode-s4": {"decode_keys_as_rows": "tile", "decode_gluon": True, "decode_gluon_stages": 4},
 }

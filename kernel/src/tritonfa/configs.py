@@ -69,8 +69,8 @@ class AttentionConfig:
     # until measured
     decode_gluon_v16_smem: bool = False
     # Gluon decode for the calls the portable kernel would split (few sequences x KV heads, long contexts: vLLM at
-    # batch <= 32 with 8 KV heads on an H200): per-split partial results, merged by combine_splits_kernel. Opt-in:
-    # fp8 b8x32768 paged 0.209 (portable split) -> 0.251 ms, every round (H100, session 24)
+    # batch <= 32 with 8 KV heads on an H200): per-split partial results, merged by combine_splits_kernel. Opt-in
+    # until measured alone (session 24 measured it only with a block step that spilled: 0.209 -> 0.251 ms, H100)
     decode_gluon_split: bool = False
     # Hopper prefill: calls the warp-specialized Gluon kernel covers (kernels/attention_hopper.py) go there
     warp_specialized: bool = False

@@ -267,7 +267,6 @@ if HAS_GLUON:
                     b_v = gl.where(gl.expand_dims(j * BLOCK_N + o_key_v < seq_k_len, 1), b_v, gl.zeros_like(b_v))
             else:
                 b_v = gl.where(gl.expand_dims(j * BLOCK_N + o_key_v < seq_k_len, 1), b_v, gl.zeros_like(b_v))
-            if not V16_SMEM:
                 # V^T [D, BN] as the A operand in registers: the transposing convert goes through a 2 KB scratch in
                 # 8 rounds of store / bar.sync / load / bar.sync (16 of the block's 24 barriers). (Read straight into
                 # the operand layout instead, V spilled: H100, session 24, +5%; kernel/PERF_NOTES.md)
