@@ -60,8 +60,10 @@ def pick(records: list[dict], gain: float, tolerance: float = 0.01) -> tuple[dic
             lines.append(f"{variant}: wins every round by >= {gain:.0%} on {', '.join(won)} ({summary})")
             mean = sum(r for w in won for r in by_workload[w]) / sum(len(by_workload[w]) for w in won)
             winners.append((mean, variant, set(won)))
-        else:
-            lines.append(f"{variant}: loses{' on ' + ', '.join(lost) if lost else ''} ({summary})")
+        elif lost:
+            lines.append(f"{variant}: loses on {', '.join(lost)} ({summary})")
+        else:  # faster or level, but not by the margin in every round of a workload
+            lines.append(f"{variant}: below the bar, no workload >= {gain:.0%} faster every round ({summary})")
     # winners on the same workload are alternatives (their union was not measured): the larger win is taken; winners
     # on different workloads (a decode step and a split form, say) are merged
     merged: dict = {}

@@ -144,9 +144,11 @@ def test_opt_in_fp8_q_runs_an_fp8_qk_dot(monkeypatch):
 
 
 @pytest.mark.parametrize("q_fp8", [False, True], ids=["bf16_q", "fp8_q"])
-def test_hopper_decode_tiles_keep_p_in_fp16_with_fp8_v(q_fp8):
+def test_hopper_decode_tiles_keep_p_in_fp16_with_fp8_v(monkeypatch, q_fp8):
     """Dots of 16-row tiles are fp16 mma.sync on sm_90 whatever the operands: P is not rounded to fp8 there. The
-    prefill tiles' fp8 P@V (wgmma) keeps it."""
+    prefill tiles' fp8 P@V (wgmma) keeps it. (The Gluon decode, which takes these calls on Hopper, is off: a GPU
+    with few sequences splits them, and split calls go there too.)"""
+    monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"decode_gluon": False}}))
     fp8 = torch.float8_e4m3fn
     decode = make_inputs([1] * 4, [300, 17, 1, 64], num_heads=(8, 2), head_size=128, kv_dtype=fp8,
                          dtype=fp8 if q_fp8 else torch.bfloat16, kv_layout="paged")  # fmt: skip
@@ -327,7 +329,8 @@ def test_keys_as_rows_tile_setting(monkeypatch, kv_layout, head_size):
     cover keep the 16-row tile with the setting off: e5m2 K, V not readable as words, 16-bit K, an fp16 q (its exact
     dot), head size 64, other architectures, and the setting overridden off."""
     monkeypatch.setenv("TRITONFA_ARCH", "hopper")
-    tile_on = {"warp_specialized": False, "decode_keys_as_rows": "tile"}
+    # the Gluon decode off: it takes these calls on Hopper (a GPU splits them, and split calls go there too)
+    tile_on = {"warp_specialized": False, "decode_keys_as_rows": "tile", "decode_gluon": False}
     monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": tile_on, "ampere": tile_on}))
     seqlens_q = [1, 4, 1, 1]
     seqlens_k = [scaled(200, 2000), scaled(65, 700), 63, 0]
@@ -366,7 +369,8 @@ def test_hopper_mixed_fp8_batch_decodes_with_the_keys_as_rows_tile(monkeypatch):
     """A mixed batch with an e4m3 cache (prefill sequences + decodes) on Hopper's portable path: its decode launch
     is the keys-as-rows tile, the prefill launch is not, and the whole batch matches the reference."""
     monkeypatch.setenv("TRITONFA_ARCH", "hopper")
-    tile_on = {"warp_specialized": False, "decode_keys_as_rows": "tile"}
+    # the Gluon decode off: it takes these calls on Hopper (a GPU splits them, and split calls go there too)
+    tile_on = {"warp_specialized": False, "decode_keys_as_rows": "tile", "decode_gluon": False}
     monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": tile_on}))
     inputs = make_inputs([scaled(40, 300), 1, 3, 1], [scaled(90, 700), scaled(150, 1500), 64, 1], num_heads=(8, 2),
                          head_size=128, kv_dtype=torch.float8_e4m3fn, kv_layout="paged")  # fmt: skip

@@ -58,9 +58,9 @@ def test_the_launcher_sends_only_covered_decode_calls_to_gluon(monkeypatch):
     _gluon_on(monkeypatch, decode_gluon_fp8_q=True)
     assert _planned(fp8_q, q_descale=scale, k_descale=scale, v_descale=scale) == [GLUON_DECODE]
     assert decode_q_fp8_terms(fp8_q.q, fp8_q.k, fp8_q.v, arch="hopper") == 0  # one native fp8 term
-    # features it does not cover, a split, an fp8 output
-    for kwargs in ({"softcap": 30.0}, {"window_left": 8}, {"alibi_slopes": torch.ones(8)}, {"num_splits": 2},
-                   {"s_aux": torch.zeros(8)}, {"out": torch.empty(inputs.q.shape, dtype=FP8)}):  # fmt: skip
+    # features it does not cover, an fp8 output
+    for kwargs in ({"softcap": 30.0}, {"window_left": 8}, {"alibi_slopes": torch.ones(8)}, {"s_aux": torch.zeros(8)},
+                   {"out": torch.empty(inputs.q.shape, dtype=FP8)}):  # fmt: skip
         assert GLUON_DECODE not in _planned(inputs, **kwargs), kwargs
     # rows past 16 (q-len 8 x group 4), 16-bit K/V, D 64, contiguous K/V, pages of one key, an fp16 q
     others = [
@@ -75,9 +75,13 @@ def test_the_launcher_sends_only_covered_decode_calls_to_gluon(monkeypatch):
     ]
     for other in others:
         assert GLUON_DECODE not in _planned(other, max_seqlen_q=other.max_seqlen_q)
-    # decode_gluon_split: a split call too, its partial results merged by the combine launch
-    _gluon_on(monkeypatch, decode_gluon_split=True)
+    # decode_gluon_split (Hopper's default): a split call too, its partial results merged by the combine launch;
+    # with it off, split calls keep the portable kernel
+    monkeypatch.delenv("TRITONFA_CONFIG")
     assert _planned(inputs, num_splits=2) == [GLUON_DECODE, "combine_splits_kernel"]
+    _gluon_on(monkeypatch, decode_gluon_split=False)
+    assert GLUON_DECODE not in _planned(inputs, num_splits=2)
+    assert _planned(inputs) == [GLUON_DECODE]
     assert _planned(inputs, num_splits=1) == [GLUON_DECODE]
     # the oracle bounds two fp8 QK terms on Hopper, as the kernel computes them
     assert decode_q_fp8_terms(inputs.q, inputs.k, inputs.v, arch="hopper") == 2

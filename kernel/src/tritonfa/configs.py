@@ -65,12 +65,12 @@ class AttentionConfig:
     # Gluon decode: each block's V widened into its ring slot (K's and V's fp8 bytes are read by then) and P @ V
     # reading it from shared memory, instead of the transposing convert into the A operand in registers (16 of the
     # block's 24 barriers; V's rows past the sequence zeroed in the last block only; P's row sums per thread, summed
-    # once after the loop); the slot goes back to the producer after P @ V instead of before the softmax. Opt-in
-    # until measured
+    # once after the loop); the slot goes back to the producer after P @ V instead of before the softmax (Hopper
+    # D 128: on, see _KEYS_AS_ROWS_DECODE)
     decode_gluon_v16_smem: bool = False
     # Gluon decode for the calls the portable kernel would split (few sequences x KV heads, long contexts: vLLM at
-    # batch <= 32 with 8 KV heads on an H200): per-split partial results, merged by combine_splits_kernel. Opt-in
-    # until measured alone (session 24 measured it only with a block step that spilled: 0.209 -> 0.251 ms, H100)
+    # batch <= 32 with 8 KV heads on an H200): per-split partial results, merged by combine_splits_kernel (Hopper
+    # D 128: on, see _KEYS_AS_ROWS_DECODE)
     decode_gluon_split: bool = False
     # Hopper prefill: calls the warp-specialized Gluon kernel covers (kernels/attention_hopper.py) go there
     warp_specialized: bool = False
@@ -259,9 +259,13 @@ _TABLE: dict[tuple[str, bool], dict[int, AttentionConfig]] = {
 # (session 21) 0.1023 -> 0.1000 ms (-2.2%) (kernel/results/2026-12-05-h100-session20, 2026-12-05-h200-session21)
 # The fp8-KV paged calls the Gluon decode covers go there instead (decode_gluon): b64x2048 paged, every round,
 # 0.0996-0.1005 -> 0.0805-0.0809 ms (H200, session 23; kernel/results/2026-12-05-h200-session23); with an e4m3 q
-# (vLLM's fp8 cache) too (decode_gluon_fp8_q): every round 0.1054-0.1064 -> 0.1005-0.1018 ms (H100, session 24)
+# (vLLM's fp8 cache) too (decode_gluon_fp8_q): every round 0.1054-0.1064 -> 0.1005-0.1018 ms (H100, session 24).
+# V widened into its ring slot (decode_gluon_v16_smem), every round (H100, session 25): fp8-KV b64x2048 0.1021-0.1031
+# -> 0.1004-0.1008 ms, fp8 (e4m3 q) 0.1014-0.1017 -> 0.1005-0.1006; with the split calls in the Gluon kernel too
+# (decode_gluon_split), fp8 b8x32768 0.2077-0.2090 (portable split) -> 0.2012-0.2033 ms (split alone 0.2036-0.2057)
 _HOPPER_D128_DECODE = AttentionConfig(16, 64, 4, 2, pack_gqa=True, decode_keys_as_rows=True, max_registers=128,
-                                      decode_gluon=True, decode_gluon_fp8_q=True)  # fmt: skip
+                                      decode_gluon=True, decode_gluon_fp8_q=True, decode_gluon_v16_smem=True,
+                                      decode_gluon_split=True)  # fmt: skip
 _KEYS_AS_ROWS_DECODE: dict[str, dict[int, AttentionConfig]] = {"hopper": {128: _HOPPER_D128_DECODE}}
 
 
