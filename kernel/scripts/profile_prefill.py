@@ -6,14 +6,16 @@ For every workload x variant it starts one `ncu` process on this script's `--chi
 the bench's case three times (compile, warm-up, the profiled call); ncu keeps the third launch of an attention
 kernel (`attention_fwd*`; a mixed batch's calls launch two, so there it is the second call's prefill launch).
 The clocks are left alone (`--clock-control none`, as the device notes ask). Then it exports each report's
-details and raw pages as CSV and writes a table of the chosen metrics.
+details and raw pages as CSV and writes a table of the chosen metrics, and from the source page (SourceCounters'
+sampled warp stalls per SASS instruction) the opcodes and instructions the warps wait on.
 
     python kernel/scripts/profile_prefill.py --out DIR                  # the default workloads and variants
     python kernel/scripts/profile_prefill.py --out DIR --only prefill-b4x4096-noncausal --variants default
 
 Variants name `TRITONFA_CONFIG` overrides from kernel/scripts/variants.py (its prefill and decode variants). Writes
-DIR/profile-<workload>-<variant>.csv (ncu's details page) and DIR/profile.md (the summary table). Needs ncu (on
-the PATH, or under /opt/nvidia/nsight-compute/*/) and a GPU; exit status 2 when ncu is missing.
+DIR/profile-<workload>-<variant>.csv (ncu's details page), -raw.csv (raw page), -sass.csv.gz (source page, SASS)
+and -sass-top.md (stall samples by opcode, the hottest instructions), and DIR/profile.md (the summary table).
+Needs ncu (on the PATH, or under /opt/nvidia/nsight-compute/*/) and a GPU; exit status 2 when ncu is missing.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from __future__ import annotations
 import argparse
 import csv
 import glob
+import gzip
 import io
 import json
 import os
@@ -47,7 +50,8 @@ METRICS = (
     ("DRAM %", "DRAM Throughput"),
 )
 SECTIONS = ("SpeedOfLight", "ComputeWorkloadAnalysis", "SchedulerStats", "WarpStateStats", "LaunchStats", "Occupancy",
-            "MemoryWorkloadAnalysis")  # fmt: skip
+            "MemoryWorkloadAnalysis", "SourceCounters")  # fmt: skip
+TOP_INSTRUCTIONS = 30  # SASS lines listed per profile, by warp stall samples
 
 
 def find_ncu() -> str | None:
@@ -77,6 +81,61 @@ def child(workload_name: str) -> None:
 def export(ncu: str, report: Path, page: str) -> str:
     return subprocess.run([ncu, "--import", str(report), "--page", page, "--csv"], capture_output=True, text=True,
                           check=True).stdout  # fmt: skip
+
+
+def export_sass(ncu: str, report: Path) -> str:
+    """The source page as SASS with its per-instruction counters (SourceCounters: warp stall samples), CSV; empty
+    where this ncu cannot print it (the rest of the profile stands without it)."""
+    done = subprocess.run([ncu, "--import", str(report), "--page", "source", "--csv", "--print-source", "sass"],
+                          capture_output=True, text=True)  # fmt: skip
+    if done.returncode != 0:
+        print(f"ncu source page: exit {done.returncode}: {done.stderr[-400:]}", flush=True)
+        return ""
+    return done.stdout
+
+
+def _number(cell: str) -> float | None:
+    try:
+        return float(cell.replace(",", ""))
+    except ValueError:
+        return None
+
+
+def sass_hotspots(text: str, top: int = TOP_INSTRUCTIONS) -> tuple[list[tuple[str, float]], list[tuple[str, float]]]:
+    """Where the warps wait, per SASS instruction: ncu's source page (CSV: a header row with "Source" and a "Warp Stall
+    Sampling (All Samples)" column, then a row per instruction) -> (stall samples summed per opcode, as shares of all
+    samples, largest first; the `top` instructions by samples, as "address: source" with their share). The kernel's
+    BAR.SYNCs, mbarrier polls (SYNCS) and wgmma waits (WARPGROUP.DEPBAR) are what the "barrier" and "wait" stall
+    reasons of WarpStateStats sum over: this names which ones."""
+    rows = list(csv.reader(io.StringIO(text)))
+    at = next((i for i, row in enumerate(rows) if "Source" in row and any("Stall Sampling (All" in c for c in row)), -1)
+    if at < 0:
+        return [], []
+    header = rows[at]
+    source = header.index("Source")
+    samples = next(i for i, cell in enumerate(header) if "Stall Sampling (All" in cell)
+    address = header.index("Address") if "Address" in header else None
+    lines = []
+    for row in rows[at + 1 :]:
+        if len(row) != len(header):
+            continue
+        count = _number(row[samples])
+        if count is None:
+            continue
+        lines.append((row[address] if address is not None else "", row[source].strip(), count))
+    total = sum(count for _, _, count in lines)
+    if total <= 0:
+        return [], []
+    by_opcode: dict[str, float] = {}
+    for _, text_line, count in lines:
+        tokens = [t for t in text_line.split() if not t.startswith("@")]  # a predicate guard is not the opcode
+        opcode = tokens[0].split(".")[0] if tokens else "?"
+        by_opcode[opcode] = by_opcode.get(opcode, 0.0) + count
+    opcodes = sorted(((op, count / total) for op, count in by_opcode.items()), key=lambda item: -item[1])
+    hottest = sorted(lines, key=lambda line: -line[2])[:top]
+    return opcodes, [
+        (f"{addr}: {text_line}" if addr else text_line, count / total) for addr, text_line, count in hottest
+    ]
 
 
 def raw_metrics(text: str) -> dict[str, float]:
@@ -132,6 +191,15 @@ def main(argv: list[str] | None = None) -> int:
             raw_csv = export(ncu, report.with_suffix(".ncu-rep"), "raw")
             (out / f"profile-{workload}-{variant}.csv").write_text(details_csv)
             (out / f"profile-{workload}-{variant}-raw.csv").write_text(raw_csv)
+            sass_csv = export_sass(ncu, report.with_suffix(".ncu-rep"))
+            opcodes, hottest = sass_hotspots(sass_csv)
+            if sass_csv:
+                with gzip.open(out / f"profile-{workload}-{variant}-sass.csv.gz", "wt") as sink:
+                    sink.write(sass_csv)
+            with open(out / f"profile-{workload}-{variant}-sass-top.md", "w") as sink:
+                sink.write(f"# {workload} / {variant}: warp stall samples by SASS opcode and instruction\n\n")
+                sink.write("opcodes: " + ", ".join(f"{op} {share:.1%}" for op, share in opcodes[:12]) + "\n\n")
+                sink.write("".join(f"- {share:.2%} `{line}`\n" for line, share in hottest) or "(no source page)\n")
             report.with_suffix(".ncu-rep").unlink()  # the CSVs hold what the table needs; reports are large
             metrics = list(csv.DictReader(io.StringIO(details_csv)))
             values = {
@@ -145,15 +213,17 @@ def main(argv: list[str] | None = None) -> int:
                             key=lambda item: -item[1])[:5]  # fmt: skip
             pipes = {name: value for name, value in raw.items() if "pipe_tensor" in name and "pct_of_peak" in name}
             tensor = max(pipes.values()) if pipes else None
-            rows.append((workload, variant, [values.get(name, "-") for _, name in METRICS], stalls, tensor))
+            rows.append((workload, variant, [values.get(name, "-") for _, name in METRICS], stalls, tensor, opcodes))
             print(workload, variant, rows[-1][2], flush=True)
     with open(out / "profile.md", "w") as sink:
-        header = ["workload", "variant", *(label for label, _ in METRICS), "tensor pipe %", "top stalls (per instr)"]
+        header = ["workload", "variant", *(label for label, _ in METRICS), "tensor pipe %", "top stalls (per instr)",
+                  "stall samples by opcode"]  # fmt: skip
         sink.write("| " + " | ".join(header) + " |\n" + "|---" * len(header) + "|\n")
-        for workload, variant, values, stalls, tensor in rows:
+        for workload, variant, values, stalls, tensor, opcodes in rows:
             top = "; ".join(f"{name} {value:.2f}" for name, value in stalls) or "-"
             pipe = f"{tensor:.1f}" if tensor is not None else "-"
-            sink.write(f"| {workload} | {variant} | " + " | ".join(values) + f" | {pipe} | {top} |\n")
+            where = "; ".join(f"{op} {share:.0%}" for op, share in opcodes[:5]) or "-"
+            sink.write(f"| {workload} | {variant} | " + " | ".join(values) + f" | {pipe} | {top} | {where} |\n")
     print((out / "profile.md").read_text())
     return 0
 

@@ -1,5 +1,6 @@
-"""kernel/scripts/profile_prefill.py: it reads ncu's raw CSV page, finds the stall reasons in it, and stops with exit
-status 2 (not a traceback) where ncu is missing, as on this CI machine."""
+"""kernel/scripts/profile_prefill.py: it reads ncu's raw CSV page, finds the stall reasons in it, sums the source
+page's stall samples per SASS opcode, and stops with exit status 2 (not a traceback) where ncu is missing, as on this
+CI machine."""
 
 import importlib.util
 import sys
@@ -41,3 +42,26 @@ def test_missing_ncu_is_exit_status_2(monkeypatch, tmp_path, capsys):
     assert tool.main(["--out", str(tmp_path)]) == 2
     assert "ncu not found" in capsys.readouterr().err
     assert not list(tmp_path.iterdir()), "nothing written"
+
+
+# ncu's source page printed as SASS: lines before the header, a header, a row per instruction (samples may carry
+# thousands separators); a row of another width (a function label) is skipped
+SASS = (
+    '"Kernel Name","attention_fwd_hopper_kernel"\n'
+    '"Address","Source","Warp Stall Sampling (All Samples)","Warp Stall Sampling (Not-issued Samples)"\n'
+    '"0x7f00","  BAR.SYNC.DEFER_BLOCKING 0x1, 0x80 ;","3,000","2900"\n'
+    '"0x7f10","@!P0 SYNCS.PHASECHK.TRANS64.TRYWAIT P0, [UR4], R2 ;","1000","990"\n'
+    '"partition 1"\n'
+    '"0x7f20","  MUFU.EX2 R4, R4 ;","500","100"\n'
+    '"0x7f30","  BAR.SYNC.DEFER_BLOCKING 0x2, 0x80 ;","500","480"\n'
+    '"0x7f40","  NOP ;","-",""\n'
+)
+
+
+def test_sass_hotspots_by_opcode_and_instruction():
+    opcodes, hottest = tool.sass_hotspots(SASS, top=2)
+    assert opcodes == [("BAR", 0.7), ("SYNCS", 0.2), ("MUFU", 0.1)], "predicates are not opcodes; shares of 5000"
+    assert hottest == [("0x7f00: BAR.SYNC.DEFER_BLOCKING 0x1, 0x80 ;", 0.6),
+                       ("0x7f10: @!P0 SYNCS.PHASECHK.TRANS64.TRYWAIT P0, [UR4], R2 ;", 0.2)]  # fmt: skip
+    assert tool.sass_hotspots("") == ([], []), "an ncu that cannot print the page: nothing, no error"
+    assert tool.sass_hotspots('"Address","Source"\n"0x0","NOP ;"\n') == ([], []), "no samples column"
