@@ -15,8 +15,9 @@
 #   ws-tests:EXPR          only the tests that pytest's -k EXPR selects ('+' for ' '), xfail-marked ones run too
 #                          (--runxfail: e.g. a path marked as hanging, to check its fix), killed after
 #                          WS_TESTS_TIMEOUT seconds; log ws_tests_<step number>.log, exit status ws_tests_<n>.rc
-#   decode-tests           the Gluon fp8-KV decode's GPU tests (tests/kernel/test_hopper_decode.py), with ws-tests'
-#                          timeouts; log ws_tests_<step number>.log, exit status ws_tests_<n>.rc (for gate:N)
+#   decode-tests           the Gluon fp8-KV decode's GPU tests (tests/kernel/test_hopper_decode.py and the fast-path
+#                          tests of which decode calls it leaves to the portable kernel), with ws-tests' timeouts;
+#                          log ws_tests_<step number>.log, exit status ws_tests_<n>.rc (for gate:N)
 #   gate:N                 run the steps after it, up to gate-end, only if step N's tests passed (ws_tests_N.rc is 0)
 #   gate-end               end of the gated steps
 #   profile                Nsight Compute counters of one Gluon prefill launch per workload x variant
@@ -101,9 +102,11 @@ export PYTHONPATH="$PWD/kernel/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=
         echo "${PIPESTATUS[0]}" > "$out/ws_tests_$n.rc" ;;
       decode-tests)
         # --maxfail: a kernel that hangs or is wrong everywhere costs two tests' time, not every test's
+        # with the fast-path tests that pin which decode calls stay off the Gluon kernel
         timeout -s KILL "${WS_TESTS_TIMEOUT:-600}" python3 -m pytest tests/kernel/test_hopper_decode.py \
-          --device cuda -n 4 -v --tb=short -p no:cacheprovider -rfEs --maxfail=2 $each 2>&1 | tee "$out/ws_tests_$n.log" |
-          tail -n 30
+          tests/kernel/test_fast_paths.py::test_hopper_decode_tiles_keep_p_in_fp16_with_fp8_v \
+          tests/kernel/test_fast_paths.py::test_keys_as_rows_tile_setting --device cuda -n 4 -v --tb=short \
+          -p no:cacheprovider -rfEs --maxfail=2 $each 2>&1 | tee "$out/ws_tests_$n.log" | tail -n 30
         echo "${PIPESTATUS[0]}" > "$out/ws_tests_$n.rc" ;;
       gate:*)
         rc_file="$out/ws_tests_${step#gate:}.rc"
