@@ -72,6 +72,9 @@ PREFILL_VARIANTS = {
     "ws-fp8-p-per-tile": {"ws_fp8_p_per_tile": True},
     # K's ring slot handed back once its QK is done, V's after its P@V (the next K loads a block earlier)
     "ws-early-k-release": {"ws_early_k_release": True},
+    # the softmax step's row max as a tree and a 16-bit P packed as the P@V reads it (same arithmetic)
+    "ws-lean-softmax": {"ws_lean_softmax": True},
+    "ws-lean-softmax-early-k": {"ws_lean_softmax": True, "ws_early_k_release": True},
     "ws-fp8-v16-contiguous-flat": {"ws_fp8_v16_contiguous": True, "ws_persistent": False},
     # fp8 q with V widened (causal contiguous, paged): 64-key blocks in 4 slots, the keys in flight of 128 x 2 in
     # smaller steps (what 16-bit pages gained in session 8); not for k16 (its 3+ slots of 16-bit K do not fit 4)

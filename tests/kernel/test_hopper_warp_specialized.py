@@ -161,6 +161,44 @@ def test_early_k_release_is_planned_only_when_configured(monkeypatch):
 
 
 @pytest.mark.skipif(not (ON_HOPPER and attention_hopper.HAS_GLUON), reason="Gluon kernels run on a Hopper GPU only")
+@pytest.mark.parametrize("head_size", [64, 128, 256])
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("persistent", [True, False])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_lean_softmax_is_the_same_arithmetic(monkeypatch, head_size, causal, persistent, dtype):
+    """`ws_lean_softmax` reorders the row max (a tree: max is exact in any order) and packs P with the same rounding:
+    the output and lse equal the default step's bit for bit, and the reference's (odd lengths, an empty sequence,
+    rows that see no key, NaN keys past the last sequence, more tiles than SMs)."""
+    config = {"ws_persistent": persistent}
+    seqlens_q = [1, 0, 129, 300, scaled(17, 1000), 77, *[random.choice([1, 64, 200]) for _ in range(60)]]
+    seqlens_k = [1, 5, 129, 200, scaled(17, 1000), 450, *[random.choice([1, 100, 300]) for _ in range(60)]]
+    inputs = make_inputs(seqlens_q, seqlens_k, num_heads=(32, 8), head_size=head_size, dtype=dtype)
+    nan_tail = torch.full((37, *inputs.k.shape[1:]), float("nan"), dtype=inputs.k.dtype, device=DEVICE)
+    inputs.k = torch.cat([inputs.k, nan_tail])
+    inputs.v = torch.cat([inputs.v, nan_tail])
+    results = []
+    for lean in (False, True):
+        monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {**config, "ws_lean_softmax": lean}}))
+        assert _plan(inputs)[0] == WS and _constexprs(inputs)["LEAN_SOFTMAX"] == lean
+        results.append(run_kernel(inputs, causal=causal, return_softmax_lse=True))
+    atol, rtol = TOLERANCES[dtype]
+    check_against_reference(inputs, atol, rtol, causal=causal)  # with the lean step (the last config set)
+    (out_default, lse_default), (out_lean, lse_lean) = results
+    assert torch.equal(out_lean, out_default) and torch.equal(lse_lean, lse_default)
+    assert out_lean[: inputs.cu_seqlens_q[-1]].isfinite().all()
+
+
+@pytest.mark.skipif(not attention_hopper.HAS_GLUON, reason="this triton has no Gluon")
+def test_lean_softmax_is_planned_only_when_configured(monkeypatch):
+    inputs = make_inputs([300], [300], num_heads=(8, 2), head_size=128)
+    fp8 = make_inputs([300], [300], num_heads=(8, 2), head_size=128, dtype=torch.float8_e4m3fn,
+                      kv_dtype=torch.float8_e4m3fn)  # fmt: skip
+    assert not _constexprs(inputs)["LEAN_SOFTMAX"] and not _constexprs(fp8)["LEAN_SOFTMAX"]
+    monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"ws_lean_softmax": True}}))
+    assert _constexprs(inputs)["LEAN_SOFTMAX"] and _constexprs(fp8)["LEAN_SOFTMAX"]
+
+
+@pytest.mark.skipif(not (ON_HOPPER and attention_hopper.HAS_GLUON), reason="Gluon kernels run on a Hopper GPU only")
 @pytest.mark.parametrize(
     "producer",
     ["paged-tma", "paged-gather", "fp8-key-major-v", "fp8-paged-v-transposed", "fp8-paged-v-widened",

@@ -106,6 +106,11 @@ class AttentionConfig:
     # Gluon prefill: a ring slot's K is handed back to the producer as soon as its QK is done and its V after its P@V
     # (FA3's separate K / V pipelines), not both after the P@V: the next K loads a block earlier. Opt-in
     ws_early_k_release: bool = False
+    # Gluon prefill: each block's row max folded as a tree (gl.max alone is a chain of 31 dependent FMNMX per row at
+    # 128 keys before the exponentials can start) and a 16-bit P converted two values per register in the order the
+    # P@V reads them (per-value converts cost 32 PRMT swaps per block on sm_90); bit-identical output. Opt-in until
+    # measured
+    ws_lean_softmax: bool = False
     ws_stages: int = 0  # K/V ring slots of the Gluon prefill; 0 = attention_hopper.tiles_for's
     ws_paged_tma: bool = False  # Gluon prefill: paged K/V through TMA boxes of a page's keys (else cp.async gathers)
     # Gluon prefill: a persistent grid (one program per SM slot walks the tiles; the next tile's loads overlap this

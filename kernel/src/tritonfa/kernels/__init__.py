@@ -430,4 +430,24 @@ def _hopper_prefill_specs() -> list[dict[str, Any]]:
         suffix = "".join(f" {label}" for wanted, label in labels if wanted)
         name = f"{fn.__name__}[hopper d{head_dim} CAUSAL={causal} PAGED={paged}{suffix} EARLY_K_RELEASE]"
         specs.append(dict(name=name, fn=fn, bound_args=args, constexprs=constexprs, options=options, gluon=True))
+    # the opt-in lean softmax step (config `ws_lean_softmax`): 16-bit D 64 / 128 / 256 on both masks, the persistent
+    # grid at D 128, an fp16 P, pages through TMA, and fp8 (its tree max; fp8 P keeps its own packing)
+    lean = [(128, causal, programs, False, bf16, bf16) for causal in (False, True) for programs in (0, 132)]
+    lean += [(64, True, 0, False, bf16, bf16), (256, False, 0, False, bf16, bf16), (128, True, 132, True, bf16, bf16),
+             (128, False, 132, False, torch.float16, torch.float16), (128, True, 132, False, fp8, fp8)]  # fmt: skip
+    for head_dim, causal, programs, paged, q_dtype, kv_dtype in lean:
+        inputs = _meta_inputs("hopper", q_dtype, kv_dtype, head_dim, paged=paged, decode=False, features=not causal)
+        out = torch.empty(inputs["q"].shape, dtype=bf16, device="meta")
+        fn, _, args, constexprs, options = attention_hopper.plan_hopper_prefill(
+            inputs["q"], inputs["k"], inputs["v"], out, inputs["lse"], inputs["cu_seqlens_q"], inputs["cu_seqlens_k"],
+            inputs["seqused_k"], inputs["block_table"], 0.125, causal, 1, 16, q_descale=inputs["q_descale"],
+            k_descale=inputs["k_descale"], v_descale=inputs["v_descale"], paged_tma=paged,
+            persistent_programs=programs, lean_softmax=True,
+        )  # fmt: skip
+        assert constexprs["LEAN_SOFTMAX"]
+        labels = [(paged, "PAGED_TMA=True"), (kv_dtype == fp8, "FP8"), (q_dtype == torch.float16, "FP16"),
+                  (programs, "PERSISTENT")]  # fmt: skip
+        suffix = "".join(f" {label}" for wanted, label in labels if wanted)
+        name = f"{fn.__name__}[hopper d{head_dim} CAUSAL={causal} PAGED={paged}{suffix} LEAN_SOFTMAX]"
+        specs.append(dict(name=name, fn=fn, bound_args=args, constexprs=constexprs, options=options, gluon=True))
     return specs

@@ -1122,6 +1122,7 @@ def _plan_hopper_prefill(
         v16_contiguous,
         config.ws_fp8_p_per_tile,
         config.ws_early_k_release,
+        config.ws_lean_softmax,
     )  # fmt: skip
     return KernelLaunch(fn, grid, args, constexprs, options)
 

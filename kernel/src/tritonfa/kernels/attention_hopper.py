@@ -607,10 +607,34 @@ if HAS_GLUON:
             mbarrier.wait(kv_empty.index(STAGES + s), phase)
 
     @gluon.jit
+    def _fold_max(x):
+        # [BM, N] -> [BM, N // 2]: columns c and c + N / 2 maxed (one thread holds both in the wgmma layout)
+        BM: gl.constexpr = x.type.shape[0]
+        N: gl.constexpr = x.type.shape[1]
+        a, b = gl.split(gl.permute(gl.reshape(x, [BM, 2, N // 2]), [0, 2, 1]))
+        return gl.maximum(a, b)
+
+    @gluon.jit
+    def _row_max(x, s_layout: gl.constexpr):
+        # [BM, BN] -> [BM] (SliceLayout(1, s_layout)): gl.max folds each thread's values one after another, a
+        # dependent chain of BN / 4 - 1 FMNMX per row (31 at 128 keys) before the quad's shuffles, and the softmax's
+        # exponentials wait for it; halving the columns in place first makes it a tree (depth log2 of that)
+        BN: gl.constexpr = x.type.shape[1]
+        if BN >= 16:
+            x = _fold_max(x)
+        if BN >= 32:
+            x = _fold_max(x)
+        if BN >= 64:
+            x = _fold_max(x)
+        if BN >= 128:
+            x = _fold_max(x)
+        return gl.convert_layout(gl.max(x, 1), gl.SliceLayout(1, s_layout))
+
+    @gluon.jit
     def _softmax_step(b_s, m_i, l_i, j, key_shift, q_pos, seq_k_len, diagonal, qk_scale, MASKED: gl.constexpr,
                       CAUSAL: gl.constexpr, BLOCK_N: gl.constexpr, s_layout: gl.constexpr,
                       ROW_SCALE: gl.constexpr, P_SCALE_LOG2: gl.constexpr,
-                      P_PER_TILE: gl.constexpr = False):  # fmt: skip
+                      P_PER_TILE: gl.constexpr = False, LEAN_SOFTMAX: gl.constexpr = False):  # fmt: skip
         # b_s: [BM, BN] raw scores of key block j; returns P (fp32), the new running max and sum, O's factor, and
         # the factor of this block's P@V (P_PER_TILE; else alpha, unused).
         # qk_scale: scores -> log2 units, a scalar or (ROW_SCALE, a quantized q's row scales) [BM] and positive.
@@ -627,7 +651,10 @@ if HAS_GLUON:
             if CAUSAL:
                 valid = valid & (gl.expand_dims(k_pos, 0) <= gl.expand_dims(q_pos + diagonal, 1))
             b_s = gl.where(valid, b_s, float("-inf"))
-        m_tile = gl.max(b_s, 1) * qk_scale  # [BM], log2 domain
+        if LEAN_SOFTMAX:
+            m_tile = _row_max(b_s, s_layout) * qk_scale  # [BM], log2 domain
+        else:
+            m_tile = gl.max(b_s, 1) * qk_scale
         m_new = gl.maximum(m_i, m_tile)
         if MASKED:
             m_use = gl.where(m_new == float("-inf"), 0.0, m_new)  # a row that has seen no key yet
@@ -661,7 +688,7 @@ if HAS_GLUON:
             return v_bufs.index(s)
 
     @gluon.jit
-    def _to_p(b_p, dtype: gl.constexpr, p_layout: gl.constexpr):
+    def _to_p(b_p, dtype: gl.constexpr, p_layout: gl.constexpr, LEAN_SOFTMAX: gl.constexpr = False):
         # P (fp32, s layout) as the next P@V's A operand: 16-bit P in its dot-operand layout. fp8 P is carried to the
         # next step as fp16 pairs in the order _fp8_operand wants (a loop-carried fp8 tensor lives as one byte per
         # register and is repacked at every wgmma: ~180 instructions per block on sm_90).
@@ -674,6 +701,17 @@ if HAS_GLUON:
             BN: gl.constexpr = b_p.type.shape[1]
             p = gl.reshape(b_p, [BM, BN // 16, 2, 4, 2])
             p = gl.reshape(gl.permute(p, [0, 1, 3, 2, 4]), [BM, BN]).to(gl.float16)
+        elif LEAN_SOFTMAX:
+            # two P values of a row per register, rounded as .to(dtype) would (cvt.rn); the first in the low half, as
+            # the A operand wants it (a per-value cvt left ptxas packing them the other way round and swapping every
+            # register back before the P@V: 32 PRMT per block)
+            if dtype == gl.bfloat16:
+                p = gl.inline_asm_elementwise(asm="cvt.rn.bf16x2.f32 $0, $2, $1;", constraints="=r,r,r", args=[b_p],
+                                              dtype=gl.bfloat16, is_pure=True, pack=2)  # fmt: skip
+            else:
+                p = gl.inline_asm_elementwise(asm="cvt.rn.f16x2.f32 $0, $2, $1;", constraints="=r,r,r", args=[b_p],
+                                              dtype=gl.float16, is_pure=True, pack=2)  # fmt: skip
+            p = gl.convert_layout(p, p_layout)
         else:
             p = gl.convert_layout(b_p.to(dtype), p_layout)
         return p
@@ -709,7 +747,7 @@ if HAS_GLUON:
                  MASKED: gl.constexpr, CAUSAL: gl.constexpr, s_layout: gl.constexpr, o_layout: gl.constexpr,
                  p_layout: gl.constexpr, WG: gl.constexpr, PINGPONG: gl.constexpr, V_KEY_MAJOR: gl.constexpr,
                  P_SCALE_LOG2: gl.constexpr, TWO_LEVEL: gl.constexpr, P_PER_TILE: gl.constexpr,
-                 ROW_SCALE: gl.constexpr):  # fmt: skip
+                 ROW_SCALE: gl.constexpr, LEAN_SOFTMAX: gl.constexpr):  # fmt: skip
         # S_j = Q K_j^T is issued before O += P_{j-1} V_{j-1}; the softmax of S_j overlaps that P@V. it0 / turn0: the
         # K/V blocks and wgmma turns this warpgroup has used before this tile (ring slots and phases go on).
         STAGES: gl.constexpr = k_bufs.type.shape[0]
@@ -727,8 +765,8 @@ if HAS_GLUON:
         _release_k(kv_empty, s, STAGES)
         b_p, m_i, l_i, alpha, beta = _softmax_step(b_s, m_i, l_i, j, key_shift, q_pos, seq_k_len, diagonal, qk_scale,
                                                    MASKED, CAUSAL, BLOCK_N, s_layout, ROW_SCALE, P_SCALE_LOG2,
-                                                   P_PER_TILE)  # fmt: skip
-        p_next = _to_p(b_p, v_bufs.dtype, p_layout)
+                                                   P_PER_TILE, LEAN_SOFTMAX)  # fmt: skip
+        p_next = _to_p(b_p, v_bufs.dtype, p_layout, LEAN_SOFTMAX)
         if V_KEY_MAJOR:
             # the P operand is made in _pv_issue (fp8: 8-bit registers cannot be a dependency of the wait, triton
             # 3.6-3.9); ptxas keeps its registers until the wgmma is done
@@ -818,7 +856,7 @@ if HAS_GLUON:
                   stride_o_tok, stride_o_head, stride_lse_head, ROW0: gl.constexpr,
                   ROWS: gl.constexpr, CAUSAL: gl.constexpr, PINGPONG: gl.constexpr, RETURN_LSE: gl.constexpr,
                   ZERO_TAIL: gl.constexpr, FP8: gl.constexpr, P_SCALE_LOG2: gl.constexpr, TWO_LEVEL: gl.constexpr,
-                  P_PER_TILE: gl.constexpr,
+                  P_PER_TILE: gl.constexpr, LEAN_SOFTMAX: gl.constexpr,
                   QUANTIZE_Q: gl.constexpr, Q_MAX: gl.constexpr, num_warps: gl.constexpr, it0=0, turn0=0,
                   q_phase=0, VALID_D: gl.constexpr = 0, q_empty=0,
                   RELEASE_Q: gl.constexpr = False):  # fmt: skip
@@ -892,12 +930,12 @@ if HAS_GLUON:
         if first_full:
             b_p, m_i, l_i, alpha, beta = _softmax_step(b_s, m_i, l_i, 0, key_shift, q_pos, seq_k_len, diagonal,
                                                        qk_scale, False, CAUSAL, BLOCK_N, s_layout, QUANTIZE_Q,
-                                                       P_SCALE_LOG2, P_PER_TILE_PV)  # fmt: skip
+                                                       P_SCALE_LOG2, P_PER_TILE_PV, LEAN_SOFTMAX)  # fmt: skip
         else:
             b_p, m_i, l_i, alpha, beta = _softmax_step(b_s, m_i, l_i, 0, key_shift, q_pos, seq_k_len, diagonal,
                                                        qk_scale, True, CAUSAL, BLOCK_N, s_layout, QUANTIZE_Q,
-                                                       P_SCALE_LOG2, P_PER_TILE_PV)  # fmt: skip
-        p_prev = _to_p(b_p, v_bufs.dtype, p_layout)
+                                                       P_SCALE_LOG2, P_PER_TILE_PV, LEAN_SOFTMAX)  # fmt: skip
+        p_prev = _to_p(b_p, v_bufs.dtype, p_layout, LEAN_SOFTMAX)
         if V_KEY_MAJOR:
             if key_shift > 0:
                 # block 0's first keys belong to the sequence before: zero them (and any past this one's end)
@@ -910,7 +948,7 @@ if HAS_GLUON:
                                                    beta, key_shift, q_pos, seq_k_len, diagonal, qk_scale, False,
                                                    CAUSAL, s_layout, o_layout, p_layout, WG, PINGPONG, V_KEY_MAJOR,
                                                    P_SCALE_LOG2, TWO_LEVEL_PV, P_PER_TILE_PV,
-                                                   QUANTIZE_Q)  # fmt: skip
+                                                   QUANTIZE_Q, LEAN_SOFTMAX)  # fmt: skip
         # blocks on the causal diagonal or past the sequence's last key
         for j in range(gl.maximum(num_full, 1), num_blocks):
             b_o, m_i, l_i, p_prev, beta = _kv_step(j, it0, turn0, q_smem, k_bufs, v_bufs, k_ready,
@@ -918,7 +956,7 @@ if HAS_GLUON:
                                                    beta, key_shift, q_pos, seq_k_len, diagonal, qk_scale, True,
                                                    CAUSAL, s_layout, o_layout, p_layout, WG, PINGPONG, V_KEY_MAJOR,
                                                    P_SCALE_LOG2, TWO_LEVEL_PV, P_PER_TILE_PV,
-                                                   QUANTIZE_Q)  # fmt: skip
+                                                   QUANTIZE_Q, LEAN_SOFTMAX)  # fmt: skip
         last = num_blocks - 1
         s_last = (it0 + last) % STAGES
         mbarrier.wait(v_ready.index(s_last), ((it0 + last) // STAGES) & 1)
@@ -974,13 +1012,15 @@ if HAS_GLUON:
                           ROW0: gl.constexpr, ROWS: gl.constexpr, CAUSAL: gl.constexpr, PINGPONG: gl.constexpr,
                           RETURN_LSE: gl.constexpr, ZERO_TAIL: gl.constexpr, FP8: gl.constexpr,
                           P_SCALE_LOG2: gl.constexpr, TWO_LEVEL: gl.constexpr, P_PER_TILE: gl.constexpr,
+                          LEAN_SOFTMAX: gl.constexpr,
                           QUANTIZE_Q: gl.constexpr, Q_MAX: gl.constexpr, num_warps: gl.constexpr, it0, turn0, q_phase,
                           VALID_D: gl.constexpr):  # fmt: skip
         # the default partition of gl.warp_specialize must return a tuple
         _consumer(q_tile_smem, k_bufs, v_bufs, q_ready, k_ready, v_ready, kv_empty, turns, q_src, out_ptr, lse_ptr,
                   seq_q_start, seq_q_len, q_tile_start, q_head, seq_k_len, num_blocks, key_shift, qk_scale, out_scale,
                   stride_o_tok, stride_o_head, stride_lse_head, ROW0, ROWS, CAUSAL,
-                  PINGPONG, RETURN_LSE, ZERO_TAIL, FP8, P_SCALE_LOG2, TWO_LEVEL, P_PER_TILE, QUANTIZE_Q, Q_MAX,
+                  PINGPONG, RETURN_LSE, ZERO_TAIL, FP8, P_SCALE_LOG2, TWO_LEVEL, P_PER_TILE, LEAN_SOFTMAX,
+                  QUANTIZE_Q, Q_MAX,
                   num_warps, it0, turn0, q_phase, VALID_D)  # fmt: skip
         return ()
 
@@ -1074,7 +1114,8 @@ if HAS_GLUON:
                              RETURN_LSE: gl.constexpr, ZERO_TAIL: gl.constexpr, PAGED: gl.constexpr,
                              PAGE_SIZE: gl.constexpr, HAS_SEQUSED: gl.constexpr, SEQ_FILTER: gl.constexpr,
                              DECODE_MAX_Q: gl.constexpr, FP8: gl.constexpr, P_SCALE_LOG2: gl.constexpr,
-                             TWO_LEVEL: gl.constexpr, P_PER_TILE: gl.constexpr, QUANTIZE_Q: gl.constexpr,
+                             TWO_LEVEL: gl.constexpr, P_PER_TILE: gl.constexpr, LEAN_SOFTMAX: gl.constexpr,
+                             QUANTIZE_Q: gl.constexpr,
                              Q_MAX: gl.constexpr,
                              HAS_Q_DESCALE: gl.constexpr, HAS_K_DESCALE: gl.constexpr, HAS_V_DESCALE: gl.constexpr,
                              num_warps: gl.constexpr, VALID_D: gl.constexpr):  # fmt: skip
@@ -1108,7 +1149,8 @@ if HAS_GLUON:
                           q_tile_src, out_ptr, lse_ptr, seq_q_start, seq_q_len, q_tile_start, q_head, seq_k_len,
                           num_blocks, key_shift, qk_scale, out_scale, stride_o_tok,
                           stride_o_head, stride_lse_head, ROW0, ROWS, CAUSAL, PINGPONG, RETURN_LSE, ZERO_TAIL,
-                          FP8, P_SCALE_LOG2, TWO_LEVEL, P_PER_TILE, QUANTIZE_Q, Q_MAX, num_warps, it, it + items,
+                          FP8, P_SCALE_LOG2, TWO_LEVEL, P_PER_TILE, LEAN_SOFTMAX,
+                          QUANTIZE_Q, Q_MAX, num_warps, it, it + items,
                           (items // Q_BUFS) & 1, VALID_D, q_empty.index(qb), QUANTIZE_Q)  # fmt: skip
                 if not QUANTIZE_Q:  # (QUANTIZE_Q: handed back once rounded, in _consumer)
                     mbarrier.arrive(q_empty.index(qb), count=1)  # this warpgroup's QK wgmmas are done with it
@@ -1127,7 +1169,8 @@ if HAS_GLUON:
                              RETURN_LSE: gl.constexpr, ZERO_TAIL: gl.constexpr, PAGED: gl.constexpr,
                              PAGE_SIZE: gl.constexpr, HAS_SEQUSED: gl.constexpr, SEQ_FILTER: gl.constexpr,
                              DECODE_MAX_Q: gl.constexpr, FP8: gl.constexpr, P_SCALE_LOG2: gl.constexpr,
-                             TWO_LEVEL: gl.constexpr, P_PER_TILE: gl.constexpr, QUANTIZE_Q: gl.constexpr,
+                             TWO_LEVEL: gl.constexpr, P_PER_TILE: gl.constexpr, LEAN_SOFTMAX: gl.constexpr,
+                             QUANTIZE_Q: gl.constexpr,
                              Q_MAX: gl.constexpr,
                              HAS_Q_DESCALE: gl.constexpr, HAS_K_DESCALE: gl.constexpr, HAS_V_DESCALE: gl.constexpr,
                              num_warps: gl.constexpr, VALID_D: gl.constexpr):  # fmt: skip
@@ -1143,6 +1186,7 @@ if HAS_GLUON:
                 stride_qdesc_head, stride_kdesc_seq, stride_kdesc_head, stride_vdesc_seq, stride_vdesc_head,
                 n_tile_slots, num_q_heads, GROUP, ROW0, ROWS, CAUSAL, PINGPONG, RETURN_LSE, ZERO_TAIL, PAGED,
                 PAGE_SIZE, HAS_SEQUSED, SEQ_FILTER, DECODE_MAX_Q, FP8, P_SCALE_LOG2, TWO_LEVEL, P_PER_TILE,
+                LEAN_SOFTMAX,
                 QUANTIZE_Q, Q_MAX, HAS_Q_DESCALE, HAS_K_DESCALE, HAS_V_DESCALE, num_warps, VALID_D)  # fmt: skip
 
     @gluon.jit
@@ -1157,7 +1201,8 @@ if HAS_GLUON:
                                      RETURN_LSE: gl.constexpr, ZERO_TAIL: gl.constexpr, PAGED: gl.constexpr,
                                      PAGE_SIZE: gl.constexpr, HAS_SEQUSED: gl.constexpr, SEQ_FILTER: gl.constexpr,
                                      DECODE_MAX_Q: gl.constexpr, FP8: gl.constexpr, P_SCALE_LOG2: gl.constexpr,
-                                     TWO_LEVEL: gl.constexpr, P_PER_TILE: gl.constexpr, QUANTIZE_Q: gl.constexpr,
+                                     TWO_LEVEL: gl.constexpr, P_PER_TILE: gl.constexpr, LEAN_SOFTMAX: gl.constexpr,
+                                     QUANTIZE_Q: gl.constexpr,
                                      Q_MAX: gl.constexpr,
                                      HAS_Q_DESCALE: gl.constexpr, HAS_K_DESCALE: gl.constexpr,
                                      HAS_V_DESCALE: gl.constexpr, num_warps: gl.constexpr,
@@ -1169,7 +1214,7 @@ if HAS_GLUON:
                              stride_qdesc_seq, stride_qdesc_head, stride_kdesc_seq, stride_kdesc_head,
                              stride_vdesc_seq, stride_vdesc_head, n_tile_slots, num_q_heads, GROUP, ROW0, ROWS, CAUSAL,
                              PINGPONG, RETURN_LSE, ZERO_TAIL, PAGED, PAGE_SIZE, HAS_SEQUSED, SEQ_FILTER,
-                             DECODE_MAX_Q, FP8, P_SCALE_LOG2, TWO_LEVEL, P_PER_TILE, QUANTIZE_Q, Q_MAX,
+                             DECODE_MAX_Q, FP8, P_SCALE_LOG2, TWO_LEVEL, P_PER_TILE, LEAN_SOFTMAX, QUANTIZE_Q, Q_MAX,
                              HAS_Q_DESCALE, HAS_K_DESCALE, HAS_V_DESCALE, num_warps, VALID_D)  # fmt: skip
         return ()
 
@@ -1247,6 +1292,7 @@ if HAS_GLUON:
         # FP8 with TWO_LEVEL and key-major V: P taken relative to each block's row max at fp8's max (the fp8 error
         # study's (b)); each block's P@V and row sum join O and l scaled by one fp32 factor per row
         P_PER_TILE: gl.constexpr,
+        LEAN_SOFTMAX: gl.constexpr,  # the row max as a tree, a 16-bit P packed as the P@V reads it (same arithmetic)
         EARLY_K_RELEASE: gl.constexpr,  # K and V slots handed back apart, K once its QK is done (see _release_k)
         QUANTIZE_Q: gl.constexpr,  # FP8 with a 16-bit q: rounded to fp8 here, per row
         Q_MAX: gl.constexpr,  # QUANTIZE_Q: the largest |q| after its row scale
@@ -1337,7 +1383,8 @@ if HAS_GLUON:
                         stride_qdesc_head, stride_kdesc_seq, stride_kdesc_head, stride_vdesc_seq, stride_vdesc_head,
                         n_tile_slots, num_q_heads, GROUP, FIRST, HALF, CAUSAL, PINGPONG, RETURN_LSE, ZERO_TAIL,
                         PAGED, PAGE_SIZE, HAS_SEQUSED, SEQ_FILTER, DECODE_MAX_Q, FP8, P_SCALE_LOG2, TWO_LEVEL,
-                        P_PER_TILE, QUANTIZE_Q, Q_MAX, HAS_Q_DESCALE, HAS_K_DESCALE, HAS_V_DESCALE, num_warps,
+                        P_PER_TILE, LEAN_SOFTMAX,
+                        QUANTIZE_Q, Q_MAX, HAS_Q_DESCALE, HAS_K_DESCALE, HAS_V_DESCALE, num_warps,
                         VALID_D)),
                     (_consumer_persistent, (
                         q_bufs, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, kv_empty, turns, q_stage, out_ptr,
@@ -1347,7 +1394,8 @@ if HAS_GLUON:
                         stride_qdesc_head, stride_kdesc_seq, stride_kdesc_head, stride_vdesc_seq, stride_vdesc_head,
                         n_tile_slots, num_q_heads, GROUP, HALF, HALF, CAUSAL, PINGPONG, RETURN_LSE, ZERO_TAIL,
                         PAGED, PAGE_SIZE, HAS_SEQUSED, SEQ_FILTER, DECODE_MAX_Q, FP8, P_SCALE_LOG2, TWO_LEVEL,
-                        P_PER_TILE, QUANTIZE_Q, Q_MAX, HAS_Q_DESCALE, HAS_K_DESCALE, HAS_V_DESCALE, num_warps,
+                        P_PER_TILE, LEAN_SOFTMAX,
+                        QUANTIZE_Q, Q_MAX, HAS_Q_DESCALE, HAS_K_DESCALE, HAS_V_DESCALE, num_warps,
                         VALID_D)),
                     (_producer_persistent, (
                         q16_desc, k_desc, v_desc, q_stage, k_bufs, v_bufs, v_stage, q_ready, q_empty, k_ready, v_ready,
@@ -1372,7 +1420,8 @@ if HAS_GLUON:
                           v_cols_per_head, stride_qdesc_seq, stride_qdesc_head, stride_kdesc_seq, stride_kdesc_head,
                           stride_vdesc_seq, stride_vdesc_head, GROUP, CAUSAL, PINGPONG, RETURN_LSE, PAGED,
                           PAGE_SIZE, PAGED_TMA, BLOCK_N, HAS_SEQUSED, SEQ_FILTER, DECODE_MAX_Q, STAGES, FP8,
-                          P_SCALE_LOG2, TWO_LEVEL, P_PER_TILE, QUANTIZE_Q, Q_MAX, HAS_Q_DESCALE, HAS_K_DESCALE,
+                          P_SCALE_LOG2, TWO_LEVEL, P_PER_TILE, LEAN_SOFTMAX,
+                          QUANTIZE_Q, Q_MAX, HAS_Q_DESCALE, HAS_K_DESCALE,
                           HAS_V_DESCALE, num_warps, VALID_D, EARLY_K_RELEASE)  # fmt: skip
 
     @gluon.jit
@@ -1388,6 +1437,7 @@ if HAS_GLUON:
                       PAGED_TMA: gl.constexpr, BLOCK_N: gl.constexpr, HAS_SEQUSED: gl.constexpr,
                       SEQ_FILTER: gl.constexpr, DECODE_MAX_Q: gl.constexpr, STAGES: gl.constexpr,
                       FP8: gl.constexpr, P_SCALE_LOG2: gl.constexpr, TWO_LEVEL: gl.constexpr, P_PER_TILE: gl.constexpr,
+                      LEAN_SOFTMAX: gl.constexpr,
                       QUANTIZE_Q: gl.constexpr, Q_MAX: gl.constexpr, HAS_Q_DESCALE: gl.constexpr,
                       HAS_K_DESCALE: gl.constexpr, HAS_V_DESCALE: gl.constexpr, num_warps: gl.constexpr,
                       VALID_D: gl.constexpr, EARLY_K_RELEASE: gl.constexpr):  # fmt: skip
@@ -1467,13 +1517,14 @@ if HAS_GLUON:
                                              seq_k_len, num_blocks, key_shift, qk_scale, out_scale,
                                              stride_o_tok, stride_o_head, stride_lse_head, FIRST,
                                              HALF, CAUSAL, PINGPONG, RETURN_LSE, ZERO_TAIL, FP8, P_SCALE_LOG2,
-                                             TWO_LEVEL, P_PER_TILE, QUANTIZE_Q, Q_MAX, num_warps, 0, 0, 0,
+                                             TWO_LEVEL, P_PER_TILE, LEAN_SOFTMAX, QUANTIZE_Q, Q_MAX, num_warps, 0, 0, 0,
                                              VALID_D)),
                         (_consumer, (q_smem, k_bufs, v_bufs, q_ready, k_ready, v_ready, kv_empty, turns, q_stage,
                                      out_ptr, lse_ptr, seq_q_start, seq_q_len, q_tile_start, q_head, seq_k_len,
                                      num_blocks, key_shift, qk_scale, out_scale,
                                      stride_o_tok, stride_o_head, stride_lse_head, HALF, HALF, CAUSAL, PINGPONG,
-                                     RETURN_LSE, ZERO_TAIL, FP8, P_SCALE_LOG2, TWO_LEVEL, P_PER_TILE, QUANTIZE_Q,
+                                     RETURN_LSE, ZERO_TAIL, FP8, P_SCALE_LOG2, TWO_LEVEL, P_PER_TILE, LEAN_SOFTMAX,
+                                     QUANTIZE_Q,
                                      Q_MAX, num_warps, 0, 0, 0, VALID_D)),
                         (_producer, (q16_desc, k_desc, v_desc, q_stage, k_bufs, v_bufs, v_stage, q_ready, k_ready,
                                      v_ready, kv_empty, seq_q_start + q_tile_start, q_head * VALID_D,
@@ -1516,7 +1567,7 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
                         quantize_q: bool = False, two_level: bool = True, stages: int = 0,
                         paged_tma: bool = False, persistent_programs: int = 0, block_n: int = 0,
                         fp8_v16: bool = False, fp8_v16_contiguous: bool = False, p_per_tile: bool = False,
-                        early_k_release: bool = False):  # fmt: skip
+                        early_k_release: bool = False, lean_softmax: bool = False):  # fmt: skip
     """(kernel, grid, args, constexprs, options) of one warp-specialized prefill launch; `supports` must hold.
 
     fp8 K/V: V is read from its key-major copy (`key_major_v`, made here); quantize_q rounds a 16-bit q to K's fp8
@@ -1529,7 +1580,8 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
     fp8_v16_contiguous: contiguous fp8 K/V are gathered and V widened as fp8_v16 does for pages (no key-major copy).
     p_per_tile (with two_level, where P meets key-major fp8 V): P scaled per (row, key block) to fp8's max, the fp8
     error study's (b), instead of the fixed power of two. early_k_release: a ring slot's K is handed back once its
-    QK is done, its V after its P@V (see _release_k).
+    QK is done, its V after its P@V (see _release_k). lean_softmax: the row max as a tree (_row_max) and a 16-bit P
+    packed two values per register as the P@V wants them (_to_p); the same arithmetic, fewer dependent steps.
     """
     total_q, num_q_heads, valid_d = q.shape
     head_dim = tile_head_dim(valid_d)  # the tiles' D; a smaller head size is padded (supports' pad_head_dim)
@@ -1645,6 +1697,7 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
         TWO_LEVEL=two_level,
         P_PER_TILE=p_per_tile and two_level and fp8 and not widened_v,
         EARLY_K_RELEASE=early_k_release,
+        LEAN_SOFTMAX=lean_softmax,
         QUANTIZE_Q=quantize_q,
         Q_MAX=fp8_max(k.dtype) if quantize_q else 0.0,
         HAS_Q_DESCALE=q_descale is not None,
