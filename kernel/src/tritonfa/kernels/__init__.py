@@ -229,8 +229,8 @@ def cross_compile_specs(arch: str) -> list[dict[str, Any]]:
 def _hopper_decode_specs() -> list[dict[str, Any]]:
     """The Gluon fp8-KV decode (config `decode_gluon`): ring depths 2 / 3 / 4 with 16-key pages, pages of 64 and
     256 keys, with and without lse, K lengths from seqused_k (causal) or cu_seqlens_k (not causal); a bf16 q, and an
-    e4m3 q with its descale (what vLLM sends for an fp8 cache) into a bf16 out; split-KV partial results (the
-    opt-in decode_gluon_split); V widened into its slot for P @ V (the opt-in decode_gluon_v16_smem)."""
+    e4m3 q with its descale (what vLLM sends for an fp8 cache) into a bf16 out; split-KV partial results
+    (decode_gluon_split); V widened into its slot for P @ V (decode_gluon_v16_smem) and the step before it."""
     specs = []
     bf16, e4m3 = torch.bfloat16, torch.float8_e4m3fn
     for stages, page_size, with_lse, seqused, q_dtype, split, v16_smem in (

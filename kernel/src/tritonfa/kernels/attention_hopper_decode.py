@@ -9,8 +9,9 @@ ahead, whatever the consumer is doing.
 Scope (`supports`): a bf16 q, or an e4m3 q with its descale (vLLM quantizes q for an fp8 cache), e4m3 K/V in
 vLLM's paged layout that `paged_tma_view` describes, D 128 for q, K and V, pages of >= 16 keys, decode rows (q-len x
 group <= 16 per sequence), causal (bottom-right) or not, optional K/V descales, optional lse; no window, softcap,
-ALiBi, bias, sinks or output scale; split-KV partial results for the combine kernel (opt-in). Everything else stays
-on the portable kernel, which is also this kernel's CPU/ROCm twin (Gluon does not run in Triton's interpreter).
+ALiBi, bias, sinks or output scale; split-KV partial results for the combine kernel (`decode_gluon_split`, on for
+Hopper D 128). Everything else stays on the portable kernel, which is also this kernel's CPU/ROCm twin (Gluon does
+not run in Triton's interpreter).
 
 Per program (one sequence x one KV head; the group's q heads x q-len are the 16 rows):
 - producer warp: page ids one block ahead, then per 64-key block the K and V boxes of its pages into ring slot
@@ -19,8 +20,8 @@ Per program (one sequence x one KV head; the group's q heads x q-len are the 16 
   power of two (an e4m3 q is one term as it is); S^T = K q^T as one fp8 wgmma per term (the keys are the MMA's 64
   rows, K read from the slot as stored); the softmax over the keys; P into shared memory as fp16; V widened fp8 ->
   fp16 in registers and transposed into the A operand of O^T += V^T P^T (a 16-bit wgmma); the slot handed back once
-  V is read. Or (opt-in V16_SMEM) V widened into the stage's own 16 KB once K is consumed, P @ V reading it from
-  shared memory, the slot handed back after P @ V.
+  V is read. Or (V16_SMEM, `decode_gluon_v16_smem`: on for Hopper D 128) V widened into the stage's own 16 KB once
+  K is consumed, P @ V reading it from shared memory, the slot handed back after P @ V.
 """
 
 from __future__ import annotations
