@@ -22,7 +22,8 @@
 #   gate-end               end of the gated steps
 #   profile                Nsight Compute counters of one Gluon prefill launch per workload x variant
 #                          (kernel/scripts/profile_prefill.py; killed after PROFILE_TIMEOUT seconds, default 300)
-#   profile:ONLY:VARIANTS  the same for ONLY workloads and VARIANTS ('+' for ',')
+#   profile:ONLY:VARIANTS  the same for ONLY workloads and VARIANTS ('+' for ','); the variant fa3 profiles FA3 (from
+#                          PEER_PYTHONPATH once PEER_READY exists)
 #   launch-hostcost        host time per launcher call (kernel/scripts/launch_hostcost.py; first in a chain: it needs
 #                          an idle host) into launch_hostcost.log
 #   first-call             where a workload's first call goes, empty Triton cache, fresh process per workload
@@ -116,8 +117,14 @@ export PYTHONPATH="$PWD/kernel/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=
         --out "$out/profile" 2>&1 | tail -n 20 ;;
       profile:*)
         IFS=':' read -r _ only variants <<< "$step"
-        timeout -s KILL "${PROFILE_TIMEOUT:-300}" python3 kernel/scripts/profile_prefill.py --out "$out/profile" \
-          --only "${only//+/,}" --variants "${variants//+/,}" 2>&1 | tail -n 20 ;;
+        peer_path=""  # the variant fa3 profiles FA3, from PEER_PYTHONPATH once PEER_READY exists
+        if [ -n "${PEER_PYTHONPATH:-}" ]; then
+          for _ in $(seq "${PEER_WAIT_S:-120}"); do [ -z "${PEER_READY:-}" ] || [ -e "$PEER_READY" ] && break; sleep 1; done
+          peer_path="$PEER_PYTHONPATH:"
+        fi
+        PYTHONPATH="$peer_path$PYTHONPATH" timeout -s KILL "${PROFILE_TIMEOUT:-300}" python3 \
+          kernel/scripts/profile_prefill.py --out "$out/profile" --only "${only//+/,}" --variants "${variants//+/,}" \
+          2>&1 | tail -n 20 ;;
       launch-hostcost) timeout -s KILL 300 python3 kernel/scripts/launch_hostcost.py 2>&1 |
         tee "$out/launch_hostcost.log" ;;
       first-call) timeout -s KILL 300 python3 kernel/scripts/first_call.py --out "$out" 2>&1 | tail -n 12 ;;

@@ -1,6 +1,7 @@
 """Hardware counters of one attention launch per (workload, config), through Nsight Compute: where the time goes
 (issues 11 and 12 ask for the evidence behind each gap to FA3: tensor-pipe use, warp stall reasons). Prefill
-workloads on Hopper profile the Gluon prefill, decode workloads the portable kernel's decode launch.
+workloads on Hopper profile the Gluon prefill, decode workloads the decode launch (the Gluon decode for Hopper's
+fp8-KV paged calls, else the portable kernel).
 
 For every workload x variant it starts one `ncu` process on this script's `--child` mode, which runs tritonfa on
 the bench's case three times (compile, warm-up, the profiled call); ncu keeps the third launch of an attention
@@ -12,7 +13,9 @@ sampled warp stalls per SASS instruction) the opcodes and instructions the warps
     python kernel/scripts/profile_prefill.py --out DIR                  # the default workloads and variants
     python kernel/scripts/profile_prefill.py --out DIR --only prefill-b4x4096-noncausal --variants default
 
-Variants name `TRITONFA_CONFIG` overrides from kernel/scripts/variants.py (its prefill and decode variants). Writes
+Variants name `TRITONFA_CONFIG` overrides from kernel/scripts/variants.py (its prefill and decode variants); the
+variant `fa3` profiles FA3's forward kernel on the same case instead (the bench's peer: vLLM's build on PYTHONPATH),
+so its counters and stall samples sit beside ours in one table. Writes
 DIR/profile-<workload>-<variant>.csv (ncu's details page), -raw.csv (raw page), -sass.csv.gz (source page, SASS)
 and -sass-top.md (stall samples by opcode, the hottest instructions), and DIR/profile.md (the summary table).
 Needs ncu (on the PATH, or under /opt/nvidia/nsight-compute/*/) and a GPU; exit status 2 when ncu is missing.
@@ -36,6 +39,10 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "src"))
 
 KERNEL = "^attention_(fwd|decode)"  # the Gluon prefill and decode, the portable kernel; not the split-KV combine
+# the variant name that profiles FA3 (the bench's peer, from vLLM's build: PYTHONPATH must reach it) instead, through
+# its forward kernel's demangled name (a CUTLASS device_kernel<...FlashAttnFwdSm90...>; not its scheduler's kernel)
+PEER_VARIANT = "fa3"
+PEER_KERNEL = "FlashAttnFwd"
 WORKLOADS = ("prefill-b4x4096-noncausal", "prefill-b8x2048-causal", "fp8-prefill-b8x2048-causal-paged")
 VARIANTS = ("default",)
 # (label, ncu metric name): what the summary shows; the CSV keeps every metric of the sections
@@ -62,17 +69,17 @@ def find_ncu() -> str | None:
     return candidates[-1] if candidates else None
 
 
-def child(workload_name: str) -> None:
-    """Three calls of tritonfa on the bench's case (the third is the one ncu keeps)."""
+def child(workload_name: str, impl: str = "tritonfa") -> None:
+    """Three calls of tritonfa (or the bench's peer `impl`) on the bench's case (the third is the one ncu keeps)."""
     import torch
 
     from tritonfa.bench import make_case
-    from tritonfa.bench.peers import prepare_tritonfa
+    from tritonfa.bench.peers import prepare
     from tritonfa.bench.workloads import WORKLOADS as ALL
 
     workload = next(w for w in ALL if w.name == workload_name)
     case = make_case(workload, torch.device("cuda"))
-    run = prepare_tritonfa(case).run
+    run = prepare(impl, case).run
     for _ in range(3):
         run()
     torch.cuda.synchronize()
@@ -158,9 +165,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", default=",".join(WORKLOADS), help="comma-separated bench workload names")
     parser.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated variants.py prefill variants")
     parser.add_argument("--child", default="", help=argparse.SUPPRESS)
+    parser.add_argument("--child-impl", default="tritonfa", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
-        child(args.child)
+        child(args.child, args.child_impl)
         return 0
 
     from variants import DECODE_VARIANTS, PREFILL_VARIANTS  # kernel/scripts/variants.py
@@ -174,15 +182,28 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     rows = []
+    variants = [v for v in args.variants.split(",") if v]
+    unknown = [v for v in variants if v != PEER_VARIANT and v not in known]
+    if unknown:
+        print(f"profile_prefill: unknown variants {unknown} (variants.py's, or {PEER_VARIANT!r})", file=sys.stderr)
+        return 1
+    # the caller's PYTHONPATH stays behind the kernel's source (FA3 comes from vLLM's build there)
+    python_path = os.pathsep.join(p for p in (str(HERE.parent / "src"), os.environ.get("PYTHONPATH", "")) if p)
     for workload in [w for w in args.only.split(",") if w]:
-        for variant in [v for v in args.variants.split(",") if v]:
-            config = {k: v for k, v in known[variant].items() if k != "env"}
-            env = {**os.environ, "TRITONFA_CONFIG": json.dumps(config), "PYTHONPATH": str(HERE.parent / "src")}
+        for variant in variants:
+            peer = variant == PEER_VARIANT
+            config = {} if peer else {k: v for k, v in known[variant].items() if k != "env"}
+            env = {**os.environ, "TRITONFA_CONFIG": json.dumps(config), "PYTHONPATH": python_path}
             report = out / f"profile-{workload}-{variant}"
-            command = [ncu, "--clock-control", "none", "--kernel-name", f"regex:{KERNEL}", "--launch-skip", "2",
-                       "--launch-count", "1", "--force-overwrite", "-o", str(report)]  # fmt: skip
+            command = [ncu, "--clock-control", "none", "--launch-skip", "2", "--launch-count", "1",
+                       "--force-overwrite", "-o", str(report)]  # fmt: skip
+            if peer:
+                command += ["--kernel-name-base", "demangled", "--kernel-name", f"regex:{PEER_KERNEL}"]
+            else:
+                command += ["--kernel-name", f"regex:{KERNEL}"]
             command += [arg for section in SECTIONS for arg in ("--section", section)]
             command += [sys.executable, __file__, "--child", workload]
+            command += ["--child-impl", "fa3"] if peer else []
             done = subprocess.run(command, env=env, capture_output=True, text=True)
             if done.returncode != 0 or not report.with_suffix(".ncu-rep").exists():
                 print(f"{workload} {variant}: ncu failed ({done.returncode}): {done.stderr[-800:]}", flush=True)

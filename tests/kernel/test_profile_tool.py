@@ -65,3 +65,10 @@ def test_sass_hotspots_by_opcode_and_instruction():
                        ("0x7f10: @!P0 SYNCS.PHASECHK.TRANS64.TRYWAIT P0, [UR4], R2 ;", 0.2)]  # fmt: skip
     assert tool.sass_hotspots("") == ([], []), "an ncu that cannot print the page: nothing, no error"
     assert tool.sass_hotspots('"Address","Source"\n"0x0","NOP ;"\n') == ([], []), "no samples column"
+
+
+def test_unknown_variant_is_exit_status_1(monkeypatch, tmp_path, capsys):
+    monkeypatch.setattr(tool, "find_ncu", lambda: "/nonexistent/ncu")
+    assert tool.main(["--out", str(tmp_path), "--variants", "default,no-such-variant"]) == 1
+    assert "no-such-variant" in capsys.readouterr().err
+    assert not list(tmp_path.glob("profile-*")), "nothing profiled"
