@@ -341,6 +341,14 @@ def check_low_precision(inputs: AttnInputs, lse_extra: float = 0.0, **kwargs) ->
     emulate = inputs.q.dtype if not is_fp8(inputs.q.dtype) else (out.dtype if not is_fp8(out.dtype) else torch.bfloat16)
     v_fp8 = inputs.v.dtype if is_fp8(inputs.v.dtype) else None
     low_precision = run_reference(inputs, emulate_dtype=emulate, fp8_p_round_trip=v_fp8, **kwargs)
+    if v_fp8 is not None:
+        # The kernels round P through fp8 on one of two grids: a fixed power of two (Hopper's Gluon prefill) or each
+        # key block's max at fp8's max (the portable kernel). The two roundings are independent draws; with few keys
+        # nothing averages out and one can be far luckier than the other (CI: 2 keys, kernel 0.030 against 0.0023 on
+        # the power-of-two grid and 0.031 on the kernel's own). The oracle takes the reference that errs more.
+        on_max_grid = run_reference(inputs, emulate_dtype=emulate, fp8_p_round_trip=v_fp8, fp8_p_to_max=True, **kwargs)
+        if max_abs(on_max_grid.double() - ref) > max_abs(low_precision.double() - ref):
+            low_precision = on_max_grid
     output_scale = kwargs.get("output_scale")
     if output_scale is None:
         # With fp8 V the P @ V dot is an fp8 MMA: on Hopper (and the interpreter's model of it) its accumulator keeps

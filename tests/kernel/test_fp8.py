@@ -147,3 +147,17 @@ def test_fp8_sink_above_the_scores(kv_dtype):
     inputs.q.zero_()
     sinks = torch.full((4,), math.log(256 / 27), device=DEVICE)
     check_low_precision(inputs, causal=True, window_size=(0, 0), s_aux=sinks)
+
+
+@pytest.mark.skipif(DEVICE != "cpu", reason="the portable kernel's P grid; a GPU may run Hopper's Gluon prefill")
+@pytest.mark.parametrize("v_dtype", [t for t in FP8_DTYPES_HERE if "e4m3" in str(t)])
+def test_portable_kernel_rounds_p_at_the_block_max(v_dtype):
+    """With few keys (one key block), the portable kernel's fp8 P is the reference's P rounded with the visible
+    max at fp8's largest value (`fp8_p_to_max`): the same rounding, so the outputs agree to fp32 accumulation, far
+    closer than the fixed power-of-two grid's independent rounding allows (the oracle of check_low_precision takes
+    the worse of the two grids)."""
+    inputs = make_inputs([3, 1], [5, 7], num_heads=(4, 2), head_size=64, dtype=v_dtype, kv_dtype=v_dtype)
+    out = run_kernel(inputs, causal=True, out=torch.empty(inputs.q.shape, dtype=torch.float32, device=DEVICE))
+    on_max_grid = run_reference(inputs, causal=True, fp8_p_round_trip=v_dtype, fp8_p_to_max=True)
+    v_max = inputs.v.float().abs().max().item()
+    assert (out.double() - on_max_grid).abs().max().item() <= 1e-4 * v_max

@@ -12,6 +12,8 @@ FA-style oracle (kernel error <= 2 * low-precision-reference error + rounding fl
   implementation running in bf16/fp16 would.
 - `fp8_p_round_trip`: quantize P the way the kernel does when V is fp8: unnormalized P (in [0, 1]) times
   P_SCALE, rounded through that fp8 dtype, divided by P_SCALE; the softmax denominator keeps unquantized P.
+  With `fp8_p_to_max`, times the fp8 dtype's largest value instead (the grid of a kernel that scales each key
+  block's P to fp8's max, as the portable kernel does: the same grid where a row's keys fit one block).
 """
 
 import contextlib
@@ -92,6 +94,7 @@ def attention_reference(
     compute_dtype: torch.dtype = torch.float64,
     emulate_dtype: torch.dtype | None = None,
     fp8_p_round_trip: torch.dtype | None = None,
+    fp8_p_to_max: bool = False,
 ):
     """Attention over a varlen (optionally paged) batch, computed densely per sequence.
 
@@ -183,7 +186,7 @@ def attention_reference(
             # kernel-like: P relative to the max visible score lies in [0, 1] before quantization
             visible_max = _row_max(scores)
             visible_max = torch.where(torch.isinf(visible_max), 0.0, visible_max)
-            p_scale = fp8_p_scale(fp8_p_round_trip)
+            p_scale = torch.finfo(fp8_p_round_trip).max if fp8_p_to_max else fp8_p_scale(fp8_p_round_trip)
             p_unnormalized = torch.exp(scores - visible_max)  # [Hq, Lq, Lk]
             p_quantized = (p_unnormalized * p_scale).to(fp8_p_round_trip).to(cd) / p_scale
             probs = p_quantized * torch.exp(visible_max - row_max_safe) / safe_denominator
