@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Re-split the vLLM bundle that ../shared/gpu-vllm/make-bundle.sh wrote (.devbundle/part0..N, 58 MB chunks) into
+# Re-split the vLLM bundle of the GPU environment's gpu-vllm/make-bundle.sh (.devbundle/part0..N, 58 MB chunks) into
 # .devbundle/q0..qN of 43 MB: a `run` call carries the working tree (~16 MB) and one part within its 64 MiB.
-#   bash ../shared/gpu-vllm/make-bundle.sh && bash kernel/scripts/split_bundle.sh
+#   (make-bundle.sh from the project root) && bash kernel/scripts/split_bundle.sh
 # Then (PERF_NOTES "Next session: run first"): the first call carries .devbundle/q0 and .devbundle/run, each later
 # call one part (cp .devbundle/qI/* /root/stage/), the last one runs /root/stage/run/install.sh.
 set -euo pipefail
