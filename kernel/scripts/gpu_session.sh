@@ -63,6 +63,10 @@ out="${1:?usage: gpu_session.sh RESULTS_DIR [STEPS]}"
 steps="${2:-probe,variants,verify}"
 mkdir -p "$out"
 export PYTHONPATH="$PWD/kernel/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+await_peers() {  # with PEER_PYTHONPATH: wait up to PEER_WAIT_S seconds (default 120) for PEER_READY (vLLM installed)
+  [ -n "${PEER_PYTHONPATH:-}" ] || return 0
+  for _ in $(seq "${PEER_WAIT_S:-120}"); do [ -z "${PEER_READY:-}" ] || [ -e "$PEER_READY" ] && break; sleep 1; done
+}
 {
   IFS=',' read -r -a step_list <<< "$steps"
   n=0
@@ -79,12 +83,8 @@ export PYTHONPATH="$PWD/kernel/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=
         tee -a "$out/variants.log" ;;
       variants:*)
         IFS=':' read -r _ plan only variants <<< "$step"
-        peer_path=""
-        if [ -n "${PEER_PYTHONPATH:-}" ]; then
-          for _ in $(seq "${PEER_WAIT_S:-120}"); do [ -z "${PEER_READY:-}" ] || [ -e "$PEER_READY" ] && break; sleep 1; done
-          peer_path="$PEER_PYTHONPATH:"
-        fi
-        PYTHONPATH="$peer_path$PYTHONPATH" timeout -s KILL "${VARIANTS_TIMEOUT:-900}" python3 kernel/scripts/variants.py \
+        await_peers
+        PYTHONPATH="${PEER_PYTHONPATH:+$PEER_PYTHONPATH:}$PYTHONPATH" timeout -s KILL "${VARIANTS_TIMEOUT:-900}" python3 kernel/scripts/variants.py \
           --plan "$plan" --only "${only//+/,}" --variants "${variants//+/,}" \
           --peers "${VARIANT_PEERS:-fa3,sdpa-cudnn,flex}" --rounds "${VARIANT_ROUNDS:-1}" --out "$out" 2>&1 |
           tee -a "$out/variants.log" ;;
@@ -117,12 +117,8 @@ export PYTHONPATH="$PWD/kernel/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=
         --out "$out/profile" 2>&1 | tail -n 20 ;;
       profile:*)
         IFS=':' read -r _ only variants <<< "$step"
-        peer_path=""  # the variant fa3 profiles FA3, from PEER_PYTHONPATH once PEER_READY exists
-        if [ -n "${PEER_PYTHONPATH:-}" ]; then
-          for _ in $(seq "${PEER_WAIT_S:-120}"); do [ -z "${PEER_READY:-}" ] || [ -e "$PEER_READY" ] && break; sleep 1; done
-          peer_path="$PEER_PYTHONPATH:"
-        fi
-        PYTHONPATH="$peer_path$PYTHONPATH" timeout -s KILL "${PROFILE_TIMEOUT:-300}" python3 \
+        await_peers  # the variant fa3 profiles FA3, from PEER_PYTHONPATH
+        PYTHONPATH="${PEER_PYTHONPATH:+$PEER_PYTHONPATH:}$PYTHONPATH" timeout -s KILL "${PROFILE_TIMEOUT:-300}" python3 \
           kernel/scripts/profile_prefill.py --out "$out/profile" --only "${only//+/,}" --variants "${variants//+/,}" \
           2>&1 | tail -n 20 ;;
       launch-hostcost) timeout -s KILL 300 python3 kernel/scripts/launch_hostcost.py 2>&1 |
@@ -171,9 +167,7 @@ export PYTHONPATH="$PWD/kernel/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=
       lm-eval | lm-eval:*)
         args=""
         [ "$step" = lm-eval ] || args="${step#lm-eval:}"
-        if [ -n "${PEER_PYTHONPATH:-}" ]; then
-          for _ in $(seq "${PEER_WAIT_S:-120}"); do [ -z "${PEER_READY:-}" ] || [ -e "$PEER_READY" ] && break; sleep 1; done
-        fi
+        await_peers
         model=accuracy/models/tiny-llama-s0
         (
           export PYTHONPATH="${PEER_PYTHONPATH:+$PEER_PYTHONPATH:}$PYTHONPATH"
@@ -191,9 +185,7 @@ export PYTHONPATH="$PWD/kernel/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=
       asv | asv:*)
         args="--budget-s ${ASV_BUDGET_S:-540}"
         [ "$step" = asv ] || args="${step#asv:}"
-        if [ -n "${PEER_PYTHONPATH:-}" ]; then
-          for _ in $(seq "${PEER_WAIT_S:-120}"); do [ -z "${PEER_READY:-}" ] || [ -e "$PEER_READY" ] && break; sleep 1; done
-        fi
+        await_peers
         # record.py puts each staged commit's kernel first on the import path: not this checkout's
         # shellcheck disable=SC2086  # ARGS are words
         PYTHONPATH="${PEER_PYTHONPATH:-}" python3 asv_bench/record.py run --install-wheels ${args//+/ } \

@@ -226,6 +226,19 @@ def cross_compile_specs(arch: str) -> list[dict[str, Any]]:
     return list(specs.values())
 
 
+def _plan_prefill_option(head_dim: int, causal: bool, programs: int, paged: bool, q_dtype, kv_dtype, **options):
+    """(kernel, bound args, constexprs, options) of one Gluon prefill launch with `options` (plan_hopper_prefill's
+    keywords) on meta inputs: lse, descales where the dtypes take them, the features of a non-causal call."""
+    inputs = _meta_inputs("hopper", q_dtype, kv_dtype, head_dim, paged=paged, decode=False, features=not causal)
+    out = torch.empty(inputs["q"].shape, dtype=torch.bfloat16, device="meta")
+    fn, _, args, constexprs, launch_options = attention_hopper.plan_hopper_prefill(
+        inputs["q"], inputs["k"], inputs["v"], out, inputs["lse"], inputs["cu_seqlens_q"], inputs["cu_seqlens_k"],
+        inputs["seqused_k"], inputs["block_table"], 0.125, causal, 1, 16, q_descale=inputs["q_descale"],
+        k_descale=inputs["k_descale"], v_descale=inputs["v_descale"], persistent_programs=programs, **options,
+    )  # fmt: skip
+    return fn, args, constexprs, launch_options
+
+
 def _hopper_decode_specs() -> list[dict[str, Any]]:
     """The Gluon fp8-KV decode (config `decode_gluon`): ring depths 2 / 3 / 4 with 16-key pages, pages of 64 and
     256 keys, with and without lse, K lengths from seqused_k (causal) or cu_seqlens_k (not causal); a bf16 q, and an
@@ -414,14 +427,9 @@ def _hopper_prefill_specs() -> list[dict[str, Any]]:
                   (128, True, 0, True, False, bf16, fp8, True),
                   (128, True, 0, False, False, bf16, fp8, False)]  # fmt: skip
     for head_dim, causal, programs, paged, paged_tma, q_dtype, kv_dtype, quantize_q in schedules:
-        inputs = _meta_inputs("hopper", q_dtype, kv_dtype, head_dim, paged=paged, decode=False, features=not causal)
-        out = torch.empty(inputs["q"].shape, dtype=bf16, device="meta")
-        fn, _, args, constexprs, options = attention_hopper.plan_hopper_prefill(
-            inputs["q"], inputs["k"], inputs["v"], out, inputs["lse"], inputs["cu_seqlens_q"], inputs["cu_seqlens_k"],
-            inputs["seqused_k"], inputs["block_table"], 0.125, causal, 1, 16, q_descale=inputs["q_descale"],
-            k_descale=inputs["k_descale"], v_descale=inputs["v_descale"], quantize_q=quantize_q, paged_tma=paged_tma,
-            persistent_programs=programs, fp8_v16=paged and kv_dtype == fp8 and head_dim == 128,
-            early_k_release=True,
+        fn, args, constexprs, options = _plan_prefill_option(
+            head_dim, causal, programs, paged, q_dtype, kv_dtype, quantize_q=quantize_q, paged_tma=paged_tma,
+            fp8_v16=paged and kv_dtype == fp8 and head_dim == 128, early_k_release=True,
         )  # fmt: skip
         assert constexprs["EARLY_K_RELEASE"]
         labels = [(paged_tma, f"PAGED_TMA={constexprs['PAGED_TMA']}"),
@@ -436,14 +444,9 @@ def _hopper_prefill_specs() -> list[dict[str, Any]]:
     lean += [(64, True, 0, False, bf16, bf16), (256, False, 0, False, bf16, bf16), (128, True, 132, True, bf16, bf16),
              (128, False, 132, False, torch.float16, torch.float16), (128, True, 132, False, fp8, fp8)]  # fmt: skip
     for head_dim, causal, programs, paged, q_dtype, kv_dtype in lean:
-        inputs = _meta_inputs("hopper", q_dtype, kv_dtype, head_dim, paged=paged, decode=False, features=not causal)
-        out = torch.empty(inputs["q"].shape, dtype=bf16, device="meta")
-        fn, _, args, constexprs, options = attention_hopper.plan_hopper_prefill(
-            inputs["q"], inputs["k"], inputs["v"], out, inputs["lse"], inputs["cu_seqlens_q"], inputs["cu_seqlens_k"],
-            inputs["seqused_k"], inputs["block_table"], 0.125, causal, 1, 16, q_descale=inputs["q_descale"],
-            k_descale=inputs["k_descale"], v_descale=inputs["v_descale"], paged_tma=paged,
-            persistent_programs=programs, lean_softmax=True,
-        )  # fmt: skip
+        fn, args, constexprs, options = _plan_prefill_option(
+            head_dim, causal, programs, paged, q_dtype, kv_dtype, paged_tma=paged, lean_softmax=True
+        )
         assert constexprs["LEAN_SOFTMAX"]
         labels = [(paged, "PAGED_TMA=True"), (kv_dtype == fp8, "FP8"), (q_dtype == torch.float16, "FP16"),
                   (programs, "PERSISTENT")]  # fmt: skip
