@@ -145,19 +145,20 @@ def test_warp_specialized_early_k_release_is_the_same_arithmetic(monkeypatch, he
     atol, rtol = TOLERANCES[torch.bfloat16]
     check_against_reference(inputs, atol, rtol, causal=causal)
     scheduled = run_kernel(inputs, causal=causal)
-    monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": config}))
+    monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {**config, "ws_early_k_release": False}}))
     assert not _constexprs(inputs)["EARLY_K_RELEASE"]
     default = run_kernel(inputs, causal=causal)
     assert torch.equal(scheduled, default), "the same products and sums in the same order"
 
 
 @pytest.mark.skipif(not attention_hopper.HAS_GLUON, reason="this triton has no Gluon")
-def test_early_k_release_is_planned_only_when_configured(monkeypatch):
+def test_early_k_release_follows_the_config(monkeypatch):
+    """Hopper's default since session 26 (with the lean softmax); the config can turn it off."""
     inputs = make_inputs([300], [300], num_heads=(8, 2), head_size=128)
     paged = make_inputs([300], [300], num_heads=(8, 2), head_size=128, kv_layout="paged")
-    assert not _constexprs(inputs)["EARLY_K_RELEASE"] and not _constexprs(paged)["EARLY_K_RELEASE"]
-    monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"ws_early_k_release": True}}))
     assert _constexprs(inputs)["EARLY_K_RELEASE"] and _constexprs(paged)["EARLY_K_RELEASE"]
+    monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"ws_early_k_release": False}}))
+    assert not _constexprs(inputs)["EARLY_K_RELEASE"] and not _constexprs(paged)["EARLY_K_RELEASE"]
 
 
 @pytest.mark.skipif(not (ON_HOPPER and attention_hopper.HAS_GLUON), reason="Gluon kernels run on a Hopper GPU only")
@@ -189,13 +190,14 @@ def test_lean_softmax_is_the_same_arithmetic(monkeypatch, head_size, causal, per
 
 
 @pytest.mark.skipif(not attention_hopper.HAS_GLUON, reason="this triton has no Gluon")
-def test_lean_softmax_is_planned_only_when_configured(monkeypatch):
+def test_lean_softmax_follows_the_config(monkeypatch):
+    """Hopper's default since session 26 (with early K release); the config can turn it off."""
     inputs = make_inputs([300], [300], num_heads=(8, 2), head_size=128)
     fp8 = make_inputs([300], [300], num_heads=(8, 2), head_size=128, dtype=torch.float8_e4m3fn,
                       kv_dtype=torch.float8_e4m3fn)  # fmt: skip
-    assert not _constexprs(inputs)["LEAN_SOFTMAX"] and not _constexprs(fp8)["LEAN_SOFTMAX"]
-    monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"ws_lean_softmax": True}}))
     assert _constexprs(inputs)["LEAN_SOFTMAX"] and _constexprs(fp8)["LEAN_SOFTMAX"]
+    monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"ws_lean_softmax": False}}))
+    assert not _constexprs(inputs)["LEAN_SOFTMAX"] and not _constexprs(fp8)["LEAN_SOFTMAX"]
 
 
 @pytest.mark.skipif(not (ON_HOPPER and attention_hopper.HAS_GLUON), reason="Gluon kernels run on a Hopper GPU only")

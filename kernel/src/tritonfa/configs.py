@@ -104,12 +104,13 @@ class AttentionConfig:
     # Opt-in until measured on the H200
     ws_fp8_p_per_tile: bool = False
     # Gluon prefill: a ring slot's K is handed back to the producer as soon as its QK is done and its V after its P@V
-    # (FA3's separate K / V pipelines), not both after the P@V: the next K loads a block earlier. Opt-in
+    # (FA3's separate K / V pipelines), not both after the P@V: the next K loads a block earlier. Hopper: on, with
+    # ws_lean_softmax (H100, session 26: the pair 4-19% faster every round on six prefill workloads)
     ws_early_k_release: bool = False
     # Gluon prefill: each block's row max folded as a tree (gl.max alone is a chain of 31 dependent FMNMX per row at
     # 128 keys before the exponentials can start) and a 16-bit P converted two values per register in the order the
-    # P@V reads them (per-value converts cost 32 PRMT swaps per block on sm_90); bit-identical output. Opt-in until
-    # measured
+    # P@V reads them (per-value converts cost 32 PRMT swaps per block on sm_90); bit-identical output. Hopper: on
+    # (alone it moved nothing; with ws_early_k_release see there)
     ws_lean_softmax: bool = False
     ws_stages: int = 0  # K/V ring slots of the Gluon prefill; 0 = attention_hopper.tiles_for's
     ws_paged_tma: bool = False  # Gluon prefill: paged K/V through TMA boxes of a page's keys (else cp.async gathers)
@@ -189,6 +190,8 @@ _HOPPER_PREFILL = dict(
     ws_fp8_k16=True,
     ws_fp8_widen_copy=True,
     ws_pad_head_dim=True,
+    ws_early_k_release=True,
+    ws_lean_softmax=True,
 )
 
 # (arch, decode) -> {padded head size upper bound: config}; the first bound >= the padded head size wins.
