@@ -202,6 +202,41 @@ def test_lean_softmax_follows_the_config(monkeypatch):
 
 @pytest.mark.skipif(not (ON_HOPPER and attention_hopper.HAS_GLUON), reason="Gluon kernels run on a Hopper GPU only")
 @pytest.mark.parametrize(
+    "case",
+    ["d64-paged-tma", "d96-paged", "d128-paged-tma", "d128-paged-gather", "d256-paged-tma", "d96-contiguous",
+     "d128-fp8", "d128-fp8-paged", "d128-fp8-cache"],
+)  # fmt: skip
+def test_hopper_prefill_defaults_are_the_old_schedule_bit_for_bit(monkeypatch, case):
+    """Hopper's prefill defaults since session 26 (`ws_lean_softmax` with `ws_early_k_release`) reschedule the
+    same arithmetic: on the paths the other tests of the two options do not reach (pages at every tile width, a
+    padded head, fp8 q/k/v and an fp8 cache on the default producers), the output equals the old default's bit for
+    bit (NaN in unused page slots, an empty sequence, rows that see no key)."""
+    fp8 = torch.float8_e4m3fn
+    head_size = int(case.split("-")[0][1:])
+    layout = "paged_kv_interleaved" if "paged" in case else "contiguous"
+    q_dtype = fp8 if case in ("d128-fp8", "d128-fp8-paged") else torch.bfloat16
+    kv_dtype = fp8 if "fp8" in case else torch.bfloat16
+    config = {"ws_paged_tma": case.endswith("paged-tma")} if "paged" in case and kv_dtype != fp8 else {}
+    inputs = make_inputs([300, 129, 0, 64, scaled(7, 700)], [300, 1000, 7, 64, scaled(7, 700)], num_heads=(32, 8),
+                         head_size=head_size, dtype=q_dtype, kv_dtype=kv_dtype, kv_layout=layout,
+                         block_size=16)  # fmt: skip
+    kwargs: dict = {}
+    if kv_dtype == fp8:
+        descale = fp8_descale("per_head", inputs.batch, inputs.num_kv_heads)
+        kwargs = {"k_descale": descale, "v_descale": descale, **({"q_descale": descale} if q_dtype == fp8 else {})}
+    outputs = []
+    for new in (True, False):
+        monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {**config, "ws_lean_softmax": new,
+                                                                     "ws_early_k_release": new}}))  # fmt: skip
+        plan = _plan(inputs, **kwargs)
+        assert WS in plan, plan
+        outputs.append(run_kernel(inputs, causal=True, **kwargs))
+    assert torch.equal(outputs[0], outputs[1]), "the same products and sums in the same order"
+    assert outputs[0][: inputs.cu_seqlens_q[-1]].isfinite().all()
+
+
+@pytest.mark.skipif(not (ON_HOPPER and attention_hopper.HAS_GLUON), reason="Gluon kernels run on a Hopper GPU only")
+@pytest.mark.parametrize(
     "producer",
     ["paged-tma", "paged-gather", "fp8-key-major-v", "fp8-paged-v-transposed", "fp8-paged-v-widened",
      "fp8-k-widened"],
