@@ -300,23 +300,29 @@ def test_block_size_option_applies_where_it_fits(monkeypatch):
 
 
 @pytest.mark.skipif(not attention_hopper.HAS_GLUON, reason="this triton has no Gluon")
-def test_a_16_bit_paged_cache_at_d128_runs_64_key_blocks_in_4_slots(monkeypatch):
+def test_16_bit_pages_at_d128_run_128_key_blocks_through_tma_and_64_when_gathered(monkeypatch):
+    """Pages read through TMA boxes take contiguous K/V's 128 x 2 (since early K release, session 26); pages the
+    producer warps gather keep 64-key blocks in 4 slots (session 8)."""
+
     def tiles(**kwargs):
         constexprs = _constexprs(make_inputs([300], [300], num_heads=(8, 2), **kwargs))
-        return constexprs["BLOCK_N"], constexprs["STAGES"]
+        return constexprs["BLOCK_N"], constexprs["STAGES"], constexprs["PAGED_TMA"]
 
     for layout in ("paged", "paged_kv_interleaved", "paged_heads_major"):
-        assert tiles(head_size=128, kv_layout=layout) == (64, 4), layout
-    assert tiles(head_size=96, kv_layout="paged") == (64, 4), "a padded head size in 128-wide tiles too"
-    assert tiles(head_size=128) == (128, 2), "contiguous"
-    assert tiles(head_size=64, kv_layout="paged") == (128, 2)
-    assert tiles(head_size=256, kv_layout="paged") == (64, 2)
-    assert tiles(head_size=128, kv_layout="paged", dtype=torch.float8_e4m3fn) == (128, 2), "fp8 pages"
-    assert tiles(head_size=128, dtype=torch.float8_e4m3fn) == (128, 2), "causal contiguous fp8: V widened (default)"
+        assert tiles(head_size=128, kv_layout=layout) == (128, 2, True), layout
+    assert tiles(head_size=96, kv_layout="paged") == (64, 4, False), "a padded head size: gathered, 64 x 4"
+    assert tiles(head_size=128)[:2] == (128, 2), "contiguous"
+    assert tiles(head_size=64, kv_layout="paged")[:2] == (128, 2)
+    assert tiles(head_size=256, kv_layout="paged")[:2] == (64, 2)
+    assert tiles(head_size=128, kv_layout="paged", dtype=torch.float8_e4m3fn)[:2] == (128, 2), "fp8 pages"
+    assert tiles(head_size=128, dtype=torch.float8_e4m3fn)[:2] == (128, 2), "causal contiguous fp8: V widened"
+    monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"ws_paged_tma": False}}))
+    for layout in ("paged", "paged_kv_interleaved", "paged_heads_major"):
+        assert tiles(head_size=128, kv_layout=layout) == (64, 4, False), f"{layout}, gathered"
     monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"ws_fp8_v16_contiguous": False}}))
-    assert tiles(head_size=128, dtype=torch.float8_e4m3fn) == (64, 3), "causal contiguous fp8 with a key-major V"
-    monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"ws_stages": 3}}))
-    assert tiles(head_size=128, kv_layout="paged") == (64, 3), "ws_stages overrides"
+    assert tiles(head_size=128, dtype=torch.float8_e4m3fn)[:2] == (64, 3), "causal contiguous fp8, key-major V"
+    monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"ws_stages": 3, "ws_paged_tma": False}}))
+    assert tiles(head_size=128, kv_layout="paged")[:2] == (64, 3), "ws_stages overrides"
 
 
 @pytest.mark.skipif(not (ON_HOPPER and attention_hopper.HAS_GLUON), reason="Gluon kernels run on a Hopper GPU only")

@@ -123,8 +123,10 @@ def tiles_for(
 ) -> tuple[int, int]:
     """(BLOCK_N, STAGES) per head size: Q + STAGES x (K + V) tiles + the output staging fit 227 KiB.
 
-    A 16-bit paged cache at D 128 runs 64-key blocks in 4 slots: the same keys in flight in smaller steps (H200,
-    session 8, paged b8x2048 causal, three runs: 0.644-0.660 -> 0.551-0.600 ms; contiguous within noise either way).
+    A 16-bit paged cache at D 128 gathered by the producer warps runs 64-key blocks in 4 slots: the same keys in
+    flight in smaller steps (H200, session 8, paged b8x2048 causal, three runs: 0.644-0.660 -> 0.551-0.600 ms).
+    Pages through TMA boxes take 128 x 2 like contiguous K/V since early K release (H100, session 26: 0.563-0.583
+    -> 0.545-0.567 ms every round; 64 x 3 slower).
     Causal contiguous fp8 at D 128 runs 64-key blocks in 3 slots, which puts it on the persistent grid (its
     consumers spill there with 128-key blocks): H200, session 9, b8x2048 causal 0.650 -> 0.597 ms; non-causal
     b4x4096 went 1.565 -> 1.816, so it keeps 128 x 2.
@@ -1594,8 +1596,12 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
     # V widened to fp16 by the gathering producer: paged with fp8_v16, and contiguous K/V that are gathered (K
     # widened too, or fp8_v16_contiguous)
     widened_v = widened_k or (fp8 and (fp8_v16 if paged else fp8_v16_contiguous))
+    # 16-bit pages through TMA boxes (fp8 V is transposed or widened by the gathering producer; a padded head's box
+    # would run into the next slot, whose unused values may be anything: gathers, masked per column)
+    views = (paged_tma_view(k), paged_tma_view(v)) if paged and paged_tma and not fp8 and valid_d == head_dim else None
+    paged_tma = views is not None and views[0] is not None and views[1] is not None
     default_block_n, default_stages = tiles_for(
-        head_dim, paged and not fp8, fp8 and causal and not paged and not widened_v, widened_k
+        head_dim, paged and not fp8 and not paged_tma, fp8 and causal and not paged and not widened_v, widened_k
     )
     # the largest block that fits, and its ring depth
     widest_block_n, widest_stages = (default_block_n, default_stages) if widened_k else tiles_for(head_dim)
@@ -1618,11 +1624,6 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
         page_size, num_cache_blocks, max_blocks = k.shape[1], k.shape[0], block_table.shape[1]
         kv_strides = (k.stride(0), k.stride(1), k.stride(2), v.stride(0), v.stride(1), v.stride(2))
         total_k = 0
-        # fp8 V is transposed by the gathering producer: no TMA boxes for fp8 pages
-        # a padded head's box would run into the next slot (unused slots hold anything): gathers, masked per column
-        boxes = paged_tma and not fp8 and valid_d == head_dim
-        views = (paged_tma_view(k), paged_tma_view(v)) if boxes else (None, None)
-        paged_tma = views[0] is not None and views[1] is not None
         if paged_tma:
             chunk = min(page_size, block_n)
             layout = _smem_layout(chunk, head_dim, k.dtype)
