@@ -699,6 +699,43 @@ def test_warp_specialized_fp8_p_per_tile_matches_reference(monkeypatch, head_siz
     assert not torch.equal(per_tile, power_of_two), "the config changed nothing"
 
 
+@pytest.mark.skipif(not attention_hopper.HAS_GLUON, reason="this triton has no Gluon")
+def test_fp8_p_one_rounding_is_planned_where_p_meets_fp8_v(monkeypatch):
+    """Opt-in `ws_fp8_p_one_rounding` (LEAN_SOFTMAX 2): only where the Gluon prefill rounds P to fp8."""
+    fp8 = torch.float8_e4m3fn
+    inputs = make_inputs([300], [300], num_heads=(8, 2), head_size=128, dtype=fp8, kv_dtype=fp8)
+    bf16 = make_inputs([300], [300], num_heads=(8, 2), head_size=128)
+    monkeypatch.setenv("TRITONFA_CONFIG", _ws_fp8_config(ws_fp8_p_one_rounding=True))
+    assert _constexprs(inputs, window_right=-1)["LEAN_SOFTMAX"] == 2, "non-causal fp8: key-major V, fp8 P"
+    assert _constexprs(inputs)["LEAN_SOFTMAX"] == 1, "causal calls widen V (16-bit P) by default"
+    assert _constexprs(bf16)["LEAN_SOFTMAX"] == 1
+    monkeypatch.setenv("TRITONFA_CONFIG", _ws_fp8_config())
+    assert _constexprs(inputs, window_right=-1)["LEAN_SOFTMAX"] == 1, "off by default"
+
+
+@pytest.mark.skipif(not (ON_HOPPER and attention_hopper.HAS_GLUON), reason="Gluon kernels run on a Hopper GPU only")
+@pytest.mark.parametrize("head_size", [64, 128])
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("p_per_tile", [True, False])
+def test_warp_specialized_fp8_p_one_rounding_matches_reference(monkeypatch, head_size, causal, p_per_tile):
+    """fp8 P rounded once from fp32, its bytes carried in the first of two fp16 registers: against the reference
+    (NaN keys past the sequences, an empty sequence, per-head descales), and close to the default's double rounding
+    through fp16 (the two differ only where a value lands on an e4m3 midpoint)."""
+    fields = dict(ws_fp8_v16_contiguous=False, ws_fp8_p_per_tile=p_per_tile)
+    monkeypatch.setenv("TRITONFA_CONFIG", _ws_fp8_config(ws_fp8_p_one_rounding=True, **fields))
+    inputs = _fp8_batch(head_size, torch.float8_e4m3fn, use_seqused_k=True)
+    assert _plan(inputs)[0] == WS and _constexprs(inputs, window_right=-1 if not causal else 0)["LEAN_SOFTMAX"] == 2
+    descales = {name: fp8_descale("per_head", inputs.batch, inputs.num_kv_heads)
+                for name in ("q_descale", "k_descale", "v_descale")}  # fmt: skip
+    once = check_low_precision(inputs, causal=causal, **descales)
+    monkeypatch.setenv("TRITONFA_CONFIG", _ws_fp8_config(**fields))
+    twice = check_low_precision(inputs, causal=causal, **descales)
+    rows = inputs.cu_seqlens_q[-1]
+    assert once[:rows].isfinite().all()
+    scale = twice[:rows].float().abs().max()
+    assert (once[:rows].float() - twice[:rows].float()).abs().max() <= 0.02 * scale, "one rounding, not another P"
+
+
 @pytest.mark.skipif(not (ON_HOPPER and attention_hopper.HAS_GLUON), reason="Gluon kernels run on a Hopper GPU only")
 @pytest.mark.parametrize("kv_layout", ["paged", "paged_kv_interleaved", "paged_heads_major"])
 @pytest.mark.parametrize("block_size", [16, 256])

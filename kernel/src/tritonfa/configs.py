@@ -112,6 +112,10 @@ class AttentionConfig:
     # P@V reads them (per-value converts cost 32 PRMT swaps per block on sm_90); bit-identical output. Hopper: on
     # (alone it moved nothing; with ws_early_k_release see there)
     ws_lean_softmax: bool = False
+    # Gluon prefill, where P meets key-major fp8 V (non-causal contiguous fp8): P rounded to e4m3 once from fp32
+    # (two cvt per four values) instead of through fp16 (four), with the lean step; the rounding differs from the
+    # default's double rounding in rare ties. Opt-in until measured
+    ws_fp8_p_one_rounding: bool = False
     ws_stages: int = 0  # K/V ring slots of the Gluon prefill; 0 = attention_hopper.tiles_for's
     ws_paged_tma: bool = False  # Gluon prefill: paged K/V through TMA boxes of a page's keys (else cp.async gathers)
     # Gluon prefill: a persistent grid (one program per SM slot walks the tiles; the next tile's loads overlap this

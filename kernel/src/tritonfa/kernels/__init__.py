@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-from tritonfa.configs import all_configs
+from tritonfa.configs import all_configs, select_config
 from tritonfa.fp8 import default_fp8_dtype
 from tritonfa.kernels import attention_hopper, attention_hopper_decode
 from tritonfa.kernels.attention import _TORCH_TO_TL, MIN_BLOCKS_PER_SPLIT, KernelLaunch, plan_attention
@@ -344,6 +344,9 @@ def _hopper_prefill_specs() -> list[dict[str, Any]]:
     choices += [(d, causal, True, False, fp8, fp8, False, True, 0, False, programs, 0, False, False, True)
                 for d in (64, 128) for causal in (False, True) for programs in (0, 132)]  # fmt: skip
     choices += [(128, False, True, False, bf16, fp8, True, True, 0, False, 132, 0, False, False, True)]
+    # the schedule options that are Hopper's defaults (early K release, the lean softmax step) as configured
+    hopper = select_config("hopper", 128, 1024)
+    schedule = dict(early_k_release=hopper.ws_early_k_release, lean_softmax=hopper.ws_lean_softmax)
     specs = []
     for (
         head_dim,
@@ -371,7 +374,7 @@ def _hopper_prefill_specs() -> list[dict[str, Any]]:
             inputs["q"], inputs["k"], inputs["v"], out, lse, inputs["cu_seqlens_q"], inputs["cu_seqlens_k"],
             inputs["seqused_k"], inputs["block_table"], 0.125, causal, 1, 16, pingpong,
             inputs["q_descale"], inputs["k_descale"], inputs["v_descale"], quantize_q, two_level, stages,
-            bool(paged_tma), programs, block_n, v16, v16_contiguous, p_per_tile,
+            bool(paged_tma), programs, block_n, v16, v16_contiguous, p_per_tile, **schedule,
         )  # fmt: skip
         name = (
             f"{fn.__name__}[hopper d{head_dim} CAUSAL={causal} RETURN_LSE={lse is not None} PINGPONG={pingpong} "
@@ -452,5 +455,16 @@ def _hopper_prefill_specs() -> list[dict[str, Any]]:
                   (programs, "PERSISTENT")]  # fmt: skip
         suffix = "".join(f" {label}" for wanted, label in labels if wanted)
         name = f"{fn.__name__}[hopper d{head_dim} CAUSAL={causal} PAGED={paged}{suffix} LEAN_SOFTMAX]"
+        specs.append(dict(name=name, fn=fn, bound_args=args, constexprs=constexprs, options=options, gluon=True))
+    # the opt-in fp8 P rounded once (config `ws_fp8_p_one_rounding`), where P meets key-major fp8 V: non-causal D 64
+    # and 128, causal with a key-major V (64-key blocks), P per tile
+    one_rounding = [(128, False, False), (64, False, False), (128, True, False), (128, False, True)]
+    for head_dim, causal, p_per_tile in one_rounding:
+        fn, args, constexprs, options = _plan_prefill_option(
+            head_dim, causal, 0, False, fp8, fp8, fp8_p_one_rounding=True, p_per_tile=p_per_tile, **schedule
+        )
+        assert constexprs["LEAN_SOFTMAX"] == 2
+        suffix = " P_PER_TILE" if p_per_tile else ""
+        name = f"{fn.__name__}[hopper d{head_dim} CAUSAL={causal} FP8{suffix} FP8_P_ONE_ROUNDING]"
         specs.append(dict(name=name, fn=fn, bound_args=args, constexprs=constexprs, options=options, gluon=True))
     return specs

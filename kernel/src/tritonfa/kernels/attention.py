@@ -1123,6 +1123,7 @@ def _plan_hopper_prefill(
         config.ws_fp8_p_per_tile,
         config.ws_early_k_release,
         config.ws_lean_softmax,
+        config.ws_fp8_p_one_rounding,
     )  # fmt: skip
     return KernelLaunch(fn, grid, args, constexprs, options)
 

@@ -690,10 +690,12 @@ if HAS_GLUON:
             return v_bufs.index(s)
 
     @gluon.jit
-    def _to_p(b_p, dtype: gl.constexpr, p_layout: gl.constexpr, LEAN_SOFTMAX: gl.constexpr = False):
+    def _to_p(b_p, dtype: gl.constexpr, p_layout: gl.constexpr, LEAN_SOFTMAX: gl.constexpr = 0):
         # P (fp32, s layout) as the next P@V's A operand: 16-bit P in its dot-operand layout. fp8 P is carried to the
         # next step as fp16 pairs in the order _fp8_operand wants (a loop-carried fp8 tensor lives as one byte per
-        # register and is repacked at every wgmma: ~180 instructions per block on sm_90).
+        # register and is repacked at every wgmma: ~180 instructions per block on sm_90). LEAN_SOFTMAX 2 (config
+        # `ws_fp8_p_one_rounding`): fp8 P rounded once, from fp32, its four bytes carried in the first fp16 pair's
+        # register (the second pair's is left unused): 2 conversions per 4 values instead of 4.
         IS_FP8: gl.constexpr = dtype.primitive_bitwidth == 8
         if IS_FP8:
             # keys of each 16-key group reordered 0 1 8 9 2 3 10 11 4 5 12 13 6 7 14 15: then the four P values of
@@ -702,7 +704,16 @@ if HAS_GLUON:
             BM: gl.constexpr = b_p.type.shape[0]
             BN: gl.constexpr = b_p.type.shape[1]
             p = gl.reshape(b_p, [BM, BN // 16, 2, 4, 2])
-            p = gl.reshape(gl.permute(p, [0, 1, 3, 2, 4]), [BM, BN]).to(gl.float16)
+            p = gl.reshape(gl.permute(p, [0, 1, 3, 2, 4]), [BM, BN])
+            if LEAN_SOFTMAX == 2:
+                # cvt ...e4m3x2.f32 d, a, b puts a in the high byte: values 0 1 -> lo, 2 3 -> hi, as _fp8_operand
+                p = gl.inline_asm_elementwise(
+                    asm="{ .reg .b16 lo, hi; cvt.rn.satfinite.e4m3x2.f32 lo, $3, $2; "
+                    "cvt.rn.satfinite.e4m3x2.f32 hi, $5, $4; mov.b32 $0, {lo, hi}; mov.b32 $1, 0; }",
+                    constraints="=r,=r,r,r,r,r", args=[p], dtype=gl.float16, is_pure=True, pack=4,
+                )  # fmt: skip
+            else:
+                p = p.to(gl.float16)
         elif LEAN_SOFTMAX:
             # two P values of a row per register, rounded as .to(dtype) would (cvt.rn); the first in the low half, as
             # the A operand wants it (a per-value cvt left ptxas packing them the other way round and swapping every
@@ -719,22 +730,26 @@ if HAS_GLUON:
         return p
 
     @gluon.jit
-    def _fp8_operand(p16, p_layout: gl.constexpr):
+    def _fp8_operand(p16, p_layout: gl.constexpr, ROUNDED: gl.constexpr = False):
         # fp16 P (from _to_p) -> e4m3, four values packed per register in place: no data moves between threads.
-        # pack=4: each asm instance gets two fp16 pairs ($1: values 0 1, $2: values 2 3) and returns four bytes
-        p8 = gl.inline_asm_elementwise(
-            asm="{ .reg .b16 lo, hi; cvt.rn.satfinite.e4m3x2.f16x2 lo, $1; cvt.rn.satfinite.e4m3x2.f16x2 hi, $2; "
-            "mov.b32 $0, {lo, hi}; }",
-            constraints="=r,r,r", args=[p16], dtype=gl.float8e4nv, is_pure=True, pack=4,
-        )  # fmt: skip
+        # pack=4: each asm instance gets two fp16 pairs ($1: values 0 1, $2: values 2 3) and returns four bytes;
+        # ROUNDED: _to_p has put the four bytes in $1 already
+        if ROUNDED:
+            asm: gl.constexpr = "mov.b32 $0, $1;"
+        else:
+            asm: gl.constexpr = ("{ .reg .b16 lo, hi; cvt.rn.satfinite.e4m3x2.f16x2 lo, $1; "
+                                 "cvt.rn.satfinite.e4m3x2.f16x2 hi, $2; mov.b32 $0, {lo, hi}; }")  # fmt: skip
+        p8 = gl.inline_asm_elementwise(asm=asm, constraints="=r,r,r", args=[p16], dtype=gl.float8e4nv, is_pure=True,
+                                       pack=4)  # fmt: skip
         return gl.convert_layout(p8, p_layout, assert_trivial=True)
 
     @gluon.jit
-    def _pv_issue(p_prev, v_op, b_o, o_zero, p_layout: gl.constexpr, TWO_LEVEL: gl.constexpr):
+    def _pv_issue(p_prev, v_op, b_o, o_zero, p_layout: gl.constexpr, TWO_LEVEL: gl.constexpr,
+                  LEAN_SOFTMAX: gl.constexpr = 0):  # fmt: skip
         # O += P @ V (async); TWO_LEVEL: P @ V alone, added to O after the wait
         FP8_P: gl.constexpr = p_layout.k_width == 4
         if FP8_P:
-            a = _fp8_operand(p_prev, p_layout)
+            a = _fp8_operand(p_prev, p_layout, LEAN_SOFTMAX == 2)
         else:
             a = p_prev
         if TWO_LEVEL:
@@ -761,7 +776,8 @@ if HAS_GLUON:
         _wait_turn(turns, turn0 + j, WG, PINGPONG)
         s_tok = warpgroup_mma(q_smem, k_bufs.index(s).permute((1, 0)), s_zero, use_acc=False, is_async=True)
         mbarrier.wait(v_ready.index(sp), ((it0 + j - 1) // STAGES) & 1)
-        o_tok = _pv_issue(p_prev, _v_operand(v_bufs, sp, V_KEY_MAJOR), b_o, o_zero, p_layout, TWO_LEVEL)
+        o_tok = _pv_issue(p_prev, _v_operand(v_bufs, sp, V_KEY_MAJOR), b_o, o_zero, p_layout, TWO_LEVEL,
+                          LEAN_SOFTMAX)  # fmt: skip
         _pass_turn(turns, WG, PINGPONG)
         b_s = warpgroup_mma_wait(num_outstanding=1, deps=(s_tok,))
         _release_k(kv_empty, s, STAGES)
@@ -971,7 +987,7 @@ if HAS_GLUON:
                 _zero_rows_from(v_bufs.index(s_last), seq_k_len - last * BLOCK_N, num_warps)
         _wait_turn(turns, turn0 + num_blocks, WG, PINGPONG)
         o_tok = _pv_issue(p_prev, _v_operand(v_bufs, s_last, V_KEY_MAJOR), b_o, o_zero, p_layout,
-                          TWO_LEVEL_PV)  # fmt: skip
+                          TWO_LEVEL_PV, LEAN_SOFTMAX)  # fmt: skip
         _pass_turn(turns, WG, PINGPONG)
         if P_PER_TILE_PV:
             b_pv = warpgroup_mma_wait(num_outstanding=0, deps=(o_tok,))
@@ -1294,7 +1310,9 @@ if HAS_GLUON:
         # FP8 with TWO_LEVEL and key-major V: P taken relative to each block's row max at fp8's max (the fp8 error
         # study's (b)); each block's P@V and row sum join O and l scaled by one fp32 factor per row
         P_PER_TILE: gl.constexpr,
-        LEAN_SOFTMAX: gl.constexpr,  # the row max as a tree, a 16-bit P packed as the P@V reads it (same arithmetic)
+        # 1: the row max as a tree, a 16-bit P packed as the P@V reads it (same arithmetic); 2: that, and an fp8 P
+        # rounded once from fp32 (see _to_p)
+        LEAN_SOFTMAX: gl.constexpr,
         EARLY_K_RELEASE: gl.constexpr,  # K and V slots handed back apart, K once its QK is done (see _release_k)
         QUANTIZE_Q: gl.constexpr,  # FP8 with a 16-bit q: rounded to fp8 here, per row
         Q_MAX: gl.constexpr,  # QUANTIZE_Q: the largest |q| after its row scale
@@ -1569,7 +1587,8 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
                         quantize_q: bool = False, two_level: bool = True, stages: int = 0,
                         paged_tma: bool = False, persistent_programs: int = 0, block_n: int = 0,
                         fp8_v16: bool = False, fp8_v16_contiguous: bool = False, p_per_tile: bool = False,
-                        early_k_release: bool = False, lean_softmax: bool = False):  # fmt: skip
+                        early_k_release: bool = False, lean_softmax: bool = False,
+                        fp8_p_one_rounding: bool = False):  # fmt: skip
     """(kernel, grid, args, constexprs, options) of one warp-specialized prefill launch; `supports` must hold.
 
     fp8 K/V: V is read from its key-major copy (`key_major_v`, made here); quantize_q rounds a 16-bit q to K's fp8
@@ -1584,6 +1603,7 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
     error study's (b), instead of the fixed power of two. early_k_release: a ring slot's K is handed back once its
     QK is done, its V after its P@V (see _release_k). lean_softmax: the row max as a tree (_row_max) and a 16-bit P
     packed two values per register as the P@V wants them (_to_p); the same arithmetic, fewer dependent steps.
+    fp8_p_one_rounding: an fp8 P rounded to e4m3 once from fp32 (not through fp16), with the lean step.
     """
     total_q, num_q_heads, valid_d = q.shape
     head_dim = tile_head_dim(valid_d)  # the tiles' D; a smaller head size is padded (supports' pad_head_dim)
@@ -1698,7 +1718,8 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
         TWO_LEVEL=two_level,
         P_PER_TILE=p_per_tile and two_level and fp8 and not widened_v,
         EARLY_K_RELEASE=early_k_release,
-        LEAN_SOFTMAX=lean_softmax,
+        # an fp8 P exists only where fp8 V stays key-major; elsewhere one rounding changes nothing
+        LEAN_SOFTMAX=2 if fp8_p_one_rounding and fp8 and not widened_v else int(lean_softmax),
         QUANTIZE_Q=quantize_q,
         Q_MAX=fp8_max(k.dtype) if quantize_q else 0.0,
         HAS_Q_DESCALE=q_descale is not None,
