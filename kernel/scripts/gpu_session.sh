@@ -58,9 +58,16 @@
 #   asv:ARGS               the same with ARGS ('+' for ' ') instead of --budget-s, e.g.
 #                          asv:--commits+newest+--bench+^e2e+--e2e-kv+auto (end to end, vLLM engines)
 set -uo pipefail
-cd "$(dirname "${BASH_SOURCE[0]}")/../.." || exit
-out="${1:?usage: gpu_session.sh RESULTS_DIR [STEPS]}"
+out="$(realpath -m "${1:?usage: gpu_session.sh RESULTS_DIR [STEPS]}")"
 steps="${2:-probe,variants,verify}"
+cd "$(dirname "${BASH_SOURCE[0]}")/../.." || exit
+# The device re-syncs the repository copy at every call, and files rewritten under a running pytest fail its
+# collection (session 26): the chain runs from a snapshot of the tree taken when it starts
+if [ -z "${GPU_SESSION_SNAPSHOT:-}" ]; then
+  snapshot="$(mktemp -d /tmp/gpu_session_tree.XXXXXX)" || exit
+  tar --exclude=./.devbundle --exclude=./.nox -cf - . | tar -xf - -C "$snapshot" || exit
+  GPU_SESSION_SNAPSHOT="$snapshot" exec bash "$snapshot/kernel/scripts/gpu_session.sh" "$out" "$steps"
+fi
 mkdir -p "$out"
 export PYTHONPATH="$PWD/kernel/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 await_peers() {  # with PEER_PYTHONPATH: wait up to PEER_WAIT_S seconds (default 120) for PEER_READY (vLLM installed)
