@@ -220,18 +220,22 @@ PLANS = {
         ],
         DECODE_VARIANTS,
     ),
-    # the prefill part of a mixed batch is the Gluon launch on Hopper: its schedules
+    # the prefill part of a mixed batch is the Gluon launch on Hopper: its schedules; and the decode launch as a
+    # programmatic dependent of it (config `mixed_pdl`)
     "mixed": (
         ["mixed-4x512+60-paged"],
         {
-            name: PREFILL_VARIANTS[name]
-            for name in (
-                "default",
-                "ws-persistent",
-                "ws-paged-tma",
-                "ws-persistent-paged-tma",
-                "ws-bn128",
-            )
+            **{
+                name: PREFILL_VARIANTS[name]
+                for name in (
+                    "default",
+                    "ws-persistent",
+                    "ws-paged-tma",
+                    "ws-persistent-paged-tma",
+                    "ws-bn128",
+                )
+            },
+            "mixed-pdl": {"mixed_pdl": True},
         },
     ),
 }

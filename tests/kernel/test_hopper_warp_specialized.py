@@ -350,6 +350,67 @@ def test_warp_specialized_persistent_matches_reference(monkeypatch, head_size, c
     check_against_reference(inputs, atol, rtol, causal=causal)
 
 
+def _launches(inputs, **kwargs):
+    args = {**_args(inputs), **kwargs}
+    meta = {name: value.to("meta") if isinstance(value, torch.Tensor) else value for name, value in args.items()}
+    return plan_attention(**meta)
+
+
+@pytest.mark.skipif(not attention_hopper.HAS_GLUON, reason="this triton has no Gluon")
+def test_mixed_pdl_makes_the_decode_launch_a_dependent_of_the_prefill(monkeypatch):
+    """Opt-in `mixed_pdl`: in a mixed batch the Gluon prefill lets its decode launch start early (launch_pdl) and
+    that launch waits for the prefill before it completes (PDL_WAIT); off by default, and nothing changes for a
+    batch of one launch."""
+    mixed = make_inputs([40, 1, 1], [40, 30, 9], num_heads=(8, 2), head_size=128, kv_layout="paged")
+    cache = make_inputs([40, 1, 1], [40, 30, 9], num_heads=(8, 2), head_size=128, kv_dtype=torch.float8_e4m3fn,
+                        kv_layout="paged")  # fmt: skip
+    one = make_inputs([300], [300], num_heads=(8, 2), head_size=128)
+    for inputs in (mixed, cache, one):
+        launches = _launches(inputs)
+        assert not any(launch.constexprs.get("LAUNCH_DEPENDENTS") or launch.constexprs.get("PDL_WAIT")
+                       or launch.options.get("launch_pdl") for launch in launches), "off by default"  # fmt: skip
+    monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"mixed_pdl": True}}))
+    for inputs, names in ((mixed, [WS, PORTABLE]), (cache, [WIDEN, WS, PORTABLE])):
+        launches = _launches(inputs)
+        assert [launch.fn.__name__ for launch in launches] == names
+        *_, prefill, decode = launches
+        assert prefill.constexprs["LAUNCH_DEPENDENTS"] and not prefill.options.get("launch_pdl")
+        assert decode.constexprs["PDL_WAIT"] and decode.options["launch_pdl"]
+        assert decode.constexprs["SEQ_FILTER"] == 2
+    (single,) = _launches(one)
+    assert not single.constexprs["LAUNCH_DEPENDENTS"] and not single.options.get("launch_pdl")
+
+
+@pytest.mark.skipif(not (ON_HOPPER and attention_hopper.HAS_GLUON), reason="Gluon kernels run on a Hopper GPU only")
+@pytest.mark.parametrize("kv_dtype", [torch.bfloat16, torch.float8_e4m3fn])
+def test_mixed_pdl_gives_the_same_bits(monkeypatch, kv_dtype):
+    """A mixed batch (vLLM's chunked prefill: a few long prefills, many single-token decodes) with the decode launch
+    as a programmatic dependent: the same output bit for bit as two ordinary launches, every row written before the
+    next operation on the stream reads it (repeated: an ordering fault would show as stale rows), and the
+    reference's (a bf16 cache; an fp8 cache through its widened copy)."""
+    seqlens_q = [512, 1, 300, *[1] * 60, 513]
+    seqlens_k = [512, 2000, 700, *[random.choice([1, 900, 2048]) for _ in range(60)], 600]
+    inputs = make_inputs(seqlens_q, seqlens_k, num_heads=(32, 8), head_size=128, kv_dtype=kv_dtype,
+                         kv_layout="paged_kv_interleaved", block_size=16)  # fmt: skip
+    kwargs: dict = {}
+    if kv_dtype != torch.bfloat16:
+        descale = fp8_descale("per_head", inputs.batch, inputs.num_kv_heads)
+        kwargs = {"k_descale": descale, "v_descale": descale}
+    monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"mixed_pdl": False}}))
+    ordinary = run_kernel(inputs, causal=True, **kwargs).clone()
+    monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"mixed_pdl": True}}))
+    assert _launches(inputs, **kwargs)[-1].options["launch_pdl"]
+    for _ in range(5):
+        out = run_kernel(inputs, causal=True, **kwargs)
+        after = out.clone()  # the next kernel on the stream
+        assert torch.equal(after, ordinary), "a row read before the launch that writes it had finished"
+    if kv_dtype == torch.bfloat16:
+        atol, rtol = TOLERANCES[torch.bfloat16]
+        check_against_reference(inputs, atol, rtol, causal=True)
+    else:
+        check_low_precision(inputs, causal=True, **kwargs)
+
+
 @pytest.mark.skipif(not attention_hopper.HAS_GLUON, reason="this triton has no Gluon")
 def test_fp8_goes_persistent_where_its_consumers_fit(monkeypatch):
     fp8 = torch.float8_e4m3fn

@@ -116,6 +116,10 @@ class AttentionConfig:
     # (two cvt per four values) instead of through fp16 (four), with the lean step; the rounding differs from the
     # default's double rounding in rare ties. Opt-in until measured
     ws_fp8_p_one_rounding: bool = False
+    # Hopper, a mixed batch (prefill and decode sequences): the decode launch is a programmatic dependent of the Gluon
+    # prefill launch, so its programs take the SMs the prefill's last programs leave instead of waiting for all of
+    # them. Opt-in until measured
+    mixed_pdl: bool = False
     ws_stages: int = 0  # K/V ring slots of the Gluon prefill; 0 = attention_hopper.tiles_for's
     ws_paged_tma: bool = False  # Gluon prefill: paged K/V through TMA boxes of a page's keys (else cp.async gathers)
     # Gluon prefill: a persistent grid (one program per SM slot walks the tiles; the next tile's loads overlap this

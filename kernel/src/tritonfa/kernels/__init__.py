@@ -158,6 +158,9 @@ def cross_compile_specs(arch: str) -> list[dict[str, Any]]:
         # its "tile" form: configs._KEYS_AS_ROWS_DECODE's tile, 64-key blocks, ptxas held to 128 registers)
         keys_as_rows = {"hopper": {"decode_keys_as_rows": True}}
         plans.append((functools.partial(_plan_with_override, json.dumps(keys_as_rows)), (True,)))
+        # a mixed batch's decode launch as a programmatic dependent of the Gluon prefill (config `mixed_pdl`)
+        mixed_pdl = {"hopper": {"mixed_pdl": True}}
+        plans.append((functools.partial(_plan_with_override, json.dumps(mixed_pdl)), (False,)))
         # the keys-as-rows tile for the paged fp8-KV decode calls the Gluon decode (default) takes: they keep it
         # with decode_gluon off, and where the Gluon decode does not go (a split)
         portable_decode = {"hopper": {"decode_gluon": False}}
@@ -202,6 +205,7 @@ def cross_compile_specs(arch: str) -> list[dict[str, Any]]:
                 + (" PREFETCH_IDS" if c.get("PREFETCH_BLOCK_IDS") and c.get("BLOCK_M", 0) < 64 else "")
                 + (" KEYS_AS_ROWS" if c.get("KEYS_AS_ROWS") else "")
                 + (" Q_SPLIT" if c.get("Q_SPLIT") else "")
+                + (" PDL_WAIT" if c.get("PDL_WAIT") else "")
                 + f" w{launch.options['num_warps']} s{launch.options['num_stages']}]"
             )
             # The sequence filter of a mixed batch's two launches changes a few scalar branches: one of
@@ -458,6 +462,11 @@ def _hopper_prefill_specs() -> list[dict[str, Any]]:
         specs.append(dict(name=name, fn=fn, bound_args=args, constexprs=constexprs, options=options, gluon=True))
     # the opt-in fp8 P rounded once (config `ws_fp8_p_one_rounding`), where P meets key-major fp8 V: non-causal D 64
     # and 128, causal with a key-major V (64-key blocks), P per tile
+    # the prefill of a mixed batch that lets its decode launch start early (config `mixed_pdl`)
+    fn, args, constexprs, options = _plan_prefill_option(128, True, 132, False, bf16, bf16, **schedule)
+    name = f"{fn.__name__}[hopper d128 CAUSAL=True PAGED=False PERSISTENT LAUNCH_DEPENDENTS]"
+    specs.append(dict(name=name, fn=fn, bound_args=args, constexprs={**constexprs, "LAUNCH_DEPENDENTS": True},
+                      options=options, gluon=True))  # fmt: skip
     one_rounding = [(128, False, False), (64, False, False), (128, True, False), (128, False, True)]
     for head_dim, causal, p_per_tile in one_rounding:
         fn, args, constexprs, options = _plan_prefill_option(

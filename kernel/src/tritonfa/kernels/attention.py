@@ -29,6 +29,7 @@ from typing import Any
 import torch
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_wait
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 from tritonfa.configs import (
@@ -481,7 +482,14 @@ def attention_fwd_kernel(
     SEQ_FILTER: tl.constexpr,  # 0: every sequence; 1: only seqlen_q > DECODE_MAX_Q; 2: only seqlen_q <= DECODE_MAX_Q
     TILES_PER_SEQ: tl.constexpr,  # 0: tiles packed over cu_seqlens_q; > 0: program_id(0) // TILES_PER_SEQ = sequence
     DECODE_MAX_Q: tl.constexpr,
+    # launched as a programmatic dependent of the Gluon prefill of the same mixed batch (config `mixed_pdl`): it
+    # reads nothing that launch writes, and program 0 waits for that grid, so this grid - and what the stream runs
+    # after it - completes after the prefill
+    PDL_WAIT: tl.constexpr = False,
 ):
+    if PDL_WAIT:
+        if (tl.program_id(0) == 0) & (tl.program_id(1) == 0) & (tl.program_id(2) == 0):
+            gdc_wait()
     TOKENS_PER_TILE: tl.constexpr = BLOCK_M // H_PACK
     tile_id = tl.program_id(0)
     i_hc = tl.program_id(1)
@@ -1008,7 +1016,9 @@ def plan_attention(
                 window_right == 0, prefill_config, q_descale, k_descale, v_descale, features,
             )  # fmt: skip
             if widened is not None:
-                return widened if num_seqs == 1 else widened + plan(decode_config, seq_filter=2, num_splits=1)
+                if num_seqs == 1:
+                    return widened
+                return _overlapped(widened, plan(decode_config, seq_filter=2, num_splits=1), prefill_config)
         if attention_hopper.supports(q, k, v, out, block_table is not None, features, prefill_config.ws_fp8,
                                      quantize_q, prefill_config.ws_fp8_paged, prefill_config.ws_pad_head_dim,
                                      prefill_config.ws_fp8_k16):  # fmt: skip
@@ -1018,10 +1028,23 @@ def plan_attention(
             )  # fmt: skip
             if num_seqs == 1:
                 return [fast(seq_filter=0)]
-            return [fast(seq_filter=1)] + plan(decode_config, seq_filter=2, num_splits=1)
+            return _overlapped([fast(seq_filter=1)], plan(decode_config, seq_filter=2, num_splits=1), prefill_config)
     if num_seqs == 1:
         return plan(prefill_config, seq_filter=0, num_splits=1)
     return plan(prefill_config, seq_filter=1, num_splits=1) + plan(decode_config, seq_filter=2, num_splits=1)
+
+
+def _overlapped(prefill: list[KernelLaunch], decode: list[KernelLaunch], config: AttentionConfig) -> list[KernelLaunch]:
+    """A mixed batch's Gluon prefill launch and its decode launch, the decode as a programmatic dependent of the
+    prefill where `config.mixed_pdl` asks for it: the two touch disjoint rows, so the decode programs may take each
+    SM the prefill's persistent programs leave, instead of waiting for the last of them (see PDL_WAIT)."""
+    if not (config.mixed_pdl and len(decode) == 1 and decode[0].fn is attention_fwd_kernel):
+        return prefill + decode
+    first, (last,) = prefill[-1], decode
+    prefill = prefill[:-1] + [dataclasses.replace(first, constexprs={**first.constexprs, "LAUNCH_DEPENDENTS": True})]
+    dependent = dataclasses.replace(last, constexprs={**last.constexprs, "PDL_WAIT": True},
+                                    options={**last.options, "launch_pdl": True})  # fmt: skip
+    return prefill + [dependent]
 
 
 # The most a widened copy of fp8 K/V may take (both tensors); larger calls widen inside the kernel (ws_fp8_k16).
@@ -1313,6 +1336,7 @@ def _plan_launch(
         SEQ_FILTER=seq_filter,
         TILES_PER_SEQ=tiles_per_seq,
         DECODE_MAX_Q=DECODE_MAX_SEQLEN_Q,
+        PDL_WAIT=False,  # set by _overlapped
     )  # fmt: skip
     launches = [KernelLaunch(attention_fwd_kernel, grid, args, constexprs, config.launch_options(arch))]
     if split_kv:

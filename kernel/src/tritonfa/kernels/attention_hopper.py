@@ -1322,8 +1322,13 @@ if HAS_GLUON:
         PERSISTENT: gl.constexpr,  # one program per SM slot walks (tile slot, q head) items; grid (programs,)
         Q_BUFS: gl.constexpr,  # PERSISTENT: Q buffers (2: the next tile's Q loads during this one)
         VALID_D: gl.constexpr,  # q/k/v's head size: D of the tiles (64/128/256) or less, padded (see _consumer)
+        # a mixed batch's decode launch is this launch's programmatic dependent (config `mixed_pdl`): let it start
+        LAUNCH_DEPENDENTS: gl.constexpr,
         num_warps: gl.constexpr,
     ):
+        if LAUNCH_DEPENDENTS:
+            gl.inline_asm_elementwise("griddepcontrol.launch_dependents; // $0", "=r", [], dtype=gl.int32,
+                                      is_pure=False, pack=1)  # fmt: skip
         BLOCK_M: gl.constexpr = q_desc.block_type.shape[0]
         HEAD_DIM: gl.constexpr = q_desc.block_type.shape[1]
         # fp8 K/V with a 16-bit q (not rounded to fp8): the gathering producer widens K to q's type too, into slots
@@ -1720,6 +1725,7 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
         EARLY_K_RELEASE=early_k_release,
         # an fp8 P exists only where fp8 V stays key-major; elsewhere one rounding changes nothing
         LEAN_SOFTMAX=2 if fp8_p_one_rounding and fp8 and not widened_v else int(lean_softmax),
+        LAUNCH_DEPENDENTS=False,  # set by the launcher's plan of a mixed batch (attention._overlapped)
         QUANTIZE_Q=quantize_q,
         Q_MAX=fp8_max(k.dtype) if quantize_q else 0.0,
         HAS_Q_DESCALE=q_descale is not None,
