@@ -41,17 +41,19 @@ def _args(inputs):
     )  # fmt: skip
 
 
-def _plan(inputs, **kwargs):
+def _launches(inputs, **kwargs):
     args = {**_args(inputs), **kwargs}
     # on meta tensors, as CI's cross-compile plans: the choice must not depend on where this test runs
     meta = {name: value.to("meta") if isinstance(value, torch.Tensor) else value for name, value in args.items()}
-    return [launch.fn.__name__ for launch in plan_attention(**meta)]
+    return plan_attention(**meta)
+
+
+def _plan(inputs, **kwargs):
+    return [launch.fn.__name__ for launch in _launches(inputs, **kwargs)]
 
 
 def _constexprs(inputs, **kwargs):
-    args = {**_args(inputs), **kwargs}
-    meta = {name: value.to("meta") if isinstance(value, torch.Tensor) else value for name, value in args.items()}
-    return plan_attention(**meta)[0].constexprs
+    return _launches(inputs, **kwargs)[0].constexprs
 
 
 WS = "attention_fwd_hopper_kernel"
@@ -348,12 +350,6 @@ def test_warp_specialized_persistent_matches_reference(monkeypatch, head_size, c
     assert _plan(inputs)[0] == WS and _constexprs(inputs)["PERSISTENT"]
     atol, rtol = TOLERANCES[torch.bfloat16]
     check_against_reference(inputs, atol, rtol, causal=causal)
-
-
-def _launches(inputs, **kwargs):
-    args = {**_args(inputs), **kwargs}
-    meta = {name: value.to("meta") if isinstance(value, torch.Tensor) else value for name, value in args.items()}
-    return plan_attention(**meta)
 
 
 @pytest.mark.skipif(not attention_hopper.HAS_GLUON, reason="this triton has no Gluon")

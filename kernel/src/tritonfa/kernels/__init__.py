@@ -419,9 +419,9 @@ def _hopper_prefill_specs() -> list[dict[str, Any]]:
     )  # fmt: skip
     name = f"{fn.__name__}[hopper d40 CAUSAL=False PAGED=True PAGE_SIZE=64 HEADS_MAJOR]"
     specs.append(dict(name=name, fn=fn, bound_args=args, constexprs=constexprs, options=options, gluon=True))
-    # the opt-in K handed back before V (config `ws_early_k_release`): 16-bit D 128 on both grids and masks, D 64 /
-    # 256, pages through TMA and gathered, fp8 (TMA, gathered pages with V transposed or widened, K widened for a
-    # 16-bit q). (head size, causal, programs, paged, paged TMA, q dtype, kv dtype, quantize q)
+    # K handed back before V without the lean step (`ws_early_k_release` alone): 16-bit D 128 on both grids and
+    # masks, D 64 / 256, pages through TMA and gathered, fp8 (TMA, gathered pages with V transposed or widened, K
+    # widened for a 16-bit q). (head size, causal, programs, paged, paged TMA, q dtype, kv dtype, quantize q)
     schedules = [(128, causal, programs, False, False, bf16, bf16, False) for causal in (False, True)
                  for programs in (0, 132)]  # fmt: skip
     schedules += [(64, True, 0, False, False, bf16, bf16, False),
@@ -445,8 +445,8 @@ def _hopper_prefill_specs() -> list[dict[str, Any]]:
         suffix = "".join(f" {label}" for wanted, label in labels if wanted)
         name = f"{fn.__name__}[hopper d{head_dim} CAUSAL={causal} PAGED={paged}{suffix} EARLY_K_RELEASE]"
         specs.append(dict(name=name, fn=fn, bound_args=args, constexprs=constexprs, options=options, gluon=True))
-    # the opt-in lean softmax step (config `ws_lean_softmax`): 16-bit D 64 / 128 / 256 on both masks, the persistent
-    # grid at D 128, an fp16 P, pages through TMA, and fp8 (its tree max; fp8 P keeps its own packing)
+    # the lean softmax step without early K release (both are Hopper's defaults; either can be turned off): 16-bit
+    # D 64 / 128 / 256 on both masks, the persistent grid at D 128, an fp16 P, pages through TMA, and fp8
     lean = [(128, causal, programs, False, bf16, bf16) for causal in (False, True) for programs in (0, 132)]
     lean += [(64, True, 0, False, bf16, bf16), (256, False, 0, False, bf16, bf16), (128, True, 132, True, bf16, bf16),
              (128, False, 132, False, torch.float16, torch.float16), (128, True, 132, False, fp8, fp8)]  # fmt: skip
@@ -460,13 +460,13 @@ def _hopper_prefill_specs() -> list[dict[str, Any]]:
         suffix = "".join(f" {label}" for wanted, label in labels if wanted)
         name = f"{fn.__name__}[hopper d{head_dim} CAUSAL={causal} PAGED={paged}{suffix} LEAN_SOFTMAX]"
         specs.append(dict(name=name, fn=fn, bound_args=args, constexprs=constexprs, options=options, gluon=True))
-    # the opt-in fp8 P rounded once (config `ws_fp8_p_one_rounding`), where P meets key-major fp8 V: non-causal D 64
-    # and 128, causal with a key-major V (64-key blocks), P per tile
     # the prefill of a mixed batch that lets its decode launch start early (config `mixed_pdl`)
     fn, args, constexprs, options = _plan_prefill_option(128, True, 132, False, bf16, bf16, **schedule)
     name = f"{fn.__name__}[hopper d128 CAUSAL=True PAGED=False PERSISTENT LAUNCH_DEPENDENTS]"
     specs.append(dict(name=name, fn=fn, bound_args=args, constexprs={**constexprs, "LAUNCH_DEPENDENTS": True},
                       options=options, gluon=True))  # fmt: skip
+    # the opt-in fp8 P rounded once (config `ws_fp8_p_one_rounding`), where P meets key-major fp8 V: non-causal D 64
+    # and 128, causal with a key-major V (64-key blocks), P per tile
     one_rounding = [(128, False, False), (64, False, False), (128, True, False), (128, False, True)]
     for head_dim, causal, p_per_tile in one_rounding:
         fn, args, constexprs, options = _plan_prefill_option(

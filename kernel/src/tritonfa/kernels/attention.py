@@ -485,7 +485,7 @@ def attention_fwd_kernel(
     # launched as a programmatic dependent of the Gluon prefill of the same mixed batch (config `mixed_pdl`): it
     # reads nothing that launch writes, and program 0 waits for that grid, so this grid - and what the stream runs
     # after it - completes after the prefill
-    PDL_WAIT: tl.constexpr = False,
+    PDL_WAIT: tl.constexpr,
 ):
     if PDL_WAIT:
         if (tl.program_id(0) == 0) & (tl.program_id(1) == 0) & (tl.program_id(2) == 0):
@@ -1040,11 +1040,12 @@ def _overlapped(prefill: list[KernelLaunch], decode: list[KernelLaunch], config:
     SM the prefill's persistent programs leave, instead of waiting for the last of them (see PDL_WAIT)."""
     if not (config.mixed_pdl and len(decode) == 1 and decode[0].fn is attention_fwd_kernel):
         return prefill + decode
-    first, (last,) = prefill[-1], decode
-    prefill = prefill[:-1] + [dataclasses.replace(first, constexprs={**first.constexprs, "LAUNCH_DEPENDENTS": True})]
-    dependent = dataclasses.replace(last, constexprs={**last.constexprs, "PDL_WAIT": True},
-                                    options={**last.options, "launch_pdl": True})  # fmt: skip
-    return prefill + [dependent]
+    *before, primary = prefill
+    (secondary,) = decode
+    primary = dataclasses.replace(primary, constexprs={**primary.constexprs, "LAUNCH_DEPENDENTS": True})
+    secondary = dataclasses.replace(secondary, constexprs={**secondary.constexprs, "PDL_WAIT": True},
+                                    options={**secondary.options, "launch_pdl": True})  # fmt: skip
+    return [*before, primary, secondary]
 
 
 # The most a widened copy of fp8 K/V may take (both tensors); larger calls widen inside the kernel (ws_fp8_k16).
