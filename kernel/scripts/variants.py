@@ -77,6 +77,8 @@ PREFILL_VARIANTS = {
     "ws-lean-softmax-early-k": {"ws_lean_softmax": True, "ws_early_k_release": True},
     # fp8 P rounded once from fp32 where it meets key-major fp8 V (non-causal fp8: 32 conversions fewer per block)
     "ws-fp8-p-one-rounding": {"ws_fp8_p_one_rounding": True},
+    # both: P rounded once into the P@V, which accumulates into O in the wgmma (64 FADD fewer per block)
+    "ws-fp8-one-level-one-rounding": {"ws_fp8_p_one_rounding": True, "ws_fp8_two_level": False},
     "ws-fp8-v16-contiguous-flat": {"ws_fp8_v16_contiguous": True, "ws_persistent": False},
     # fp8 q with V widened (causal contiguous, paged): 64-key blocks in 4 slots, the keys in flight of 128 x 2 in
     # smaller steps (what 16-bit pages gained in session 8); not for k16 (its 3+ slots of 16-bit K do not fit 4)
