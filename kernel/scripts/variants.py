@@ -77,6 +77,8 @@ PREFILL_VARIANTS = {
     "ws-lean-softmax-early-k": {"ws_lean_softmax": True, "ws_early_k_release": True},
     # fp8 P rounded once from fp32 where it meets key-major fp8 V (non-causal fp8: 32 conversions fewer per block)
     "ws-fp8-p-one-rounding": {"ws_fp8_p_one_rounding": True},
+    # the persistent grid's rounds of work items dealt back and forth (a snake) instead of always from program 0
+    "ws-snake-order": {"ws_snake_order": True},
     # both: P rounded once into the P@V, which accumulates into O in the wgmma (64 FADD fewer per block)
     "ws-fp8-one-level-one-rounding": {"ws_fp8_p_one_rounding": True, "ws_fp8_two_level": False},
     "ws-fp8-v16-contiguous-flat": {"ws_fp8_v16_contiguous": True, "ws_persistent": False},

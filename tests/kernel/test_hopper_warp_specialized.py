@@ -202,6 +202,48 @@ def test_lean_softmax_follows_the_config(monkeypatch):
     assert not _constexprs(inputs)["LEAN_SOFTMAX"] and not _constexprs(fp8)["LEAN_SOFTMAX"]
 
 
+@pytest.mark.skipif(not attention_hopper.HAS_GLUON, reason="this triton has no Gluon")
+def test_snake_order_follows_the_config(monkeypatch):
+    """Opt-in `ws_snake_order`: only on the persistent grid (a flat grid has one tile per program)."""
+    inputs = make_inputs([300, 700], [300, 700], num_heads=(8, 2), head_size=128)
+    assert _constexprs(inputs)["PERSISTENT"] and not _constexprs(inputs)["SNAKE_ORDER"], "off by default"
+    monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"ws_snake_order": True}}))
+    assert _constexprs(inputs)["PERSISTENT"] and _constexprs(inputs)["SNAKE_ORDER"]
+    monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"ws_snake_order": True, "ws_persistent": False}}))
+    assert not _constexprs(inputs)["PERSISTENT"] and not _constexprs(inputs)["SNAKE_ORDER"]
+
+
+@pytest.mark.skipif(not (ON_HOPPER and attention_hopper.HAS_GLUON), reason="Gluon kernels run on a Hopper GPU only")
+@pytest.mark.parametrize("head_size", [64, 128])
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("kv_dtype", [torch.bfloat16, torch.float8_e4m3fn])
+def test_snake_order_computes_every_tile_once(monkeypatch, head_size, causal, kv_dtype):
+    """`ws_snake_order` changes which program takes which tile, not a tile's arithmetic: the output and lse equal
+    the default order's bit for bit and have no NaN left from the poisoned output (a tile no program took; odd
+    lengths, an empty sequence, rows that see no key, a last round of items part full; an fp8 cache through its
+    widened copy)."""
+    seqlens_q = [1, 0, 129, 300, scaled(17, 1000), 77, *[random.choice([1, 64, 200]) for _ in range(40)], 4097]
+    seqlens_k = [1, 5, 129, 200, scaled(17, 1000), 450, *[random.choice([1, 100, 300]) for _ in range(40)], 4097]
+    inputs = make_inputs(seqlens_q, seqlens_k, num_heads=(32, 8), head_size=head_size, kv_dtype=kv_dtype)
+    kwargs: dict = {}
+    if kv_dtype != torch.bfloat16:
+        descale = fp8_descale("per_head", inputs.batch, inputs.num_kv_heads)
+        kwargs = {"k_descale": descale, "v_descale": descale}
+    results = []
+    for snake in (False, True):
+        monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"ws_snake_order": snake}}))
+        constexprs = [launch.constexprs for launch in _launches(inputs, window_right=0 if causal else -1, **kwargs)
+                      if launch.fn.__name__ == WS]  # fmt: skip
+        assert len(constexprs) == 1 and constexprs[0]["PERSISTENT"] and constexprs[0]["SNAKE_ORDER"] == snake
+        results.append(run_kernel(inputs, causal=causal, return_softmax_lse=True, **kwargs))
+    if kv_dtype == torch.bfloat16:
+        atol, rtol = TOLERANCES[torch.bfloat16]
+        check_against_reference(inputs, atol, rtol, causal=causal)  # in the snake order (the last config set)
+    (out_default, lse_default), (out_snake, lse_snake) = results
+    assert out_snake[: inputs.cu_seqlens_q[-1]].isfinite().all(), "a tile no program took (outputs start as NaN)"
+    assert torch.equal(out_snake, out_default) and torch.equal(lse_snake, lse_default)
+
+
 @pytest.mark.skipif(not (ON_HOPPER and attention_hopper.HAS_GLUON), reason="Gluon kernels run on a Hopper GPU only")
 @pytest.mark.parametrize(
     "case",
@@ -354,18 +396,19 @@ def test_warp_specialized_persistent_matches_reference(monkeypatch, head_size, c
 
 @pytest.mark.skipif(not attention_hopper.HAS_GLUON, reason="this triton has no Gluon")
 def test_mixed_pdl_makes_the_decode_launch_a_dependent_of_the_prefill(monkeypatch):
-    """Opt-in `mixed_pdl`: in a mixed batch the Gluon prefill lets its decode launch start early (launch_pdl) and
-    that launch waits for the prefill before it completes (PDL_WAIT); off by default, and nothing changes for a
-    batch of one launch."""
+    """`mixed_pdl` (Hopper's default since session 27): in a mixed batch the Gluon prefill lets its decode launch
+    start early (launch_pdl) and that launch waits for the prefill before it completes (PDL_WAIT); the config turns
+    it off, and nothing changes for a batch of one launch."""
     mixed = make_inputs([40, 1, 1], [40, 30, 9], num_heads=(8, 2), head_size=128, kv_layout="paged")
     cache = make_inputs([40, 1, 1], [40, 30, 9], num_heads=(8, 2), head_size=128, kv_dtype=torch.float8_e4m3fn,
                         kv_layout="paged")  # fmt: skip
     one = make_inputs([300], [300], num_heads=(8, 2), head_size=128)
+    monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"mixed_pdl": False}}))
     for inputs in (mixed, cache, one):
         launches = _launches(inputs)
         assert not any(launch.constexprs.get("LAUNCH_DEPENDENTS") or launch.constexprs.get("PDL_WAIT")
-                       or launch.options.get("launch_pdl") for launch in launches), "off by default"  # fmt: skip
-    monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"mixed_pdl": True}}))
+                       or launch.options.get("launch_pdl") for launch in launches), "turned off"  # fmt: skip
+    monkeypatch.delenv("TRITONFA_CONFIG")
     for inputs, names in ((mixed, [WS, PORTABLE]), (cache, [WIDEN, WS, PORTABLE])):
         launches = _launches(inputs)
         assert [launch.fn.__name__ for launch in launches] == names
@@ -758,7 +801,8 @@ def test_warp_specialized_fp8_p_per_tile_matches_reference(monkeypatch, head_siz
 
 @pytest.mark.skipif(not attention_hopper.HAS_GLUON, reason="this triton has no Gluon")
 def test_fp8_p_one_rounding_is_planned_where_p_meets_fp8_v(monkeypatch):
-    """Opt-in `ws_fp8_p_one_rounding` (LEAN_SOFTMAX 2): only where the Gluon prefill rounds P to fp8."""
+    """`ws_fp8_p_one_rounding` (LEAN_SOFTMAX 2; Hopper's default since session 27): only where the Gluon prefill
+    rounds P to fp8; the config turns it off."""
     fp8 = torch.float8_e4m3fn
     inputs = make_inputs([300], [300], num_heads=(8, 2), head_size=128, dtype=fp8, kv_dtype=fp8)
     bf16 = make_inputs([300], [300], num_heads=(8, 2), head_size=128)
@@ -766,31 +810,37 @@ def test_fp8_p_one_rounding_is_planned_where_p_meets_fp8_v(monkeypatch):
     assert _constexprs(inputs, window_right=-1)["LEAN_SOFTMAX"] == 2, "non-causal fp8: key-major V, fp8 P"
     assert _constexprs(inputs)["LEAN_SOFTMAX"] == 1, "causal calls widen V (16-bit P) by default"
     assert _constexprs(bf16)["LEAN_SOFTMAX"] == 1
-    monkeypatch.setenv("TRITONFA_CONFIG", _ws_fp8_config())
-    assert _constexprs(inputs, window_right=-1)["LEAN_SOFTMAX"] == 1, "off by default"
+    monkeypatch.setenv("TRITONFA_CONFIG", _ws_fp8_config(ws_fp8_p_one_rounding=False))
+    assert _constexprs(inputs, window_right=-1)["LEAN_SOFTMAX"] == 1, "turned off"
+    monkeypatch.delenv("TRITONFA_CONFIG")
+    assert _constexprs(inputs, window_right=-1)["LEAN_SOFTMAX"] == 2, "Hopper's default"
 
 
 @pytest.mark.skipif(not (ON_HOPPER and attention_hopper.HAS_GLUON), reason="Gluon kernels run on a Hopper GPU only")
 @pytest.mark.parametrize("head_size", [64, 128])
 @pytest.mark.parametrize("causal", [True, False])
-@pytest.mark.parametrize("p_per_tile", [True, False])
-def test_warp_specialized_fp8_p_one_rounding_matches_reference(monkeypatch, head_size, causal, p_per_tile):
+@pytest.mark.parametrize(("p_per_tile", "two_level"), [(True, True), (False, True), (False, False)])
+def test_warp_specialized_fp8_p_one_rounding_matches_reference(monkeypatch, head_size, causal, p_per_tile, two_level):
     """fp8 P rounded once from fp32, its bytes carried in the first of two fp16 registers: against the reference
     (NaN keys past the sequences, an empty sequence, per-head descales), and close to the default's double rounding
-    through fp16 (the two differ only where a value lands on an e4m3 midpoint)."""
-    fields = dict(ws_fp8_v16_contiguous=False, ws_fp8_p_per_tile=p_per_tile)
+    through fp16 (the two differ only where a value lands on an e4m3 midpoint: at most half an e4m3 step, 1/16 of
+    that P, which the first causal rows, with a few keys each, carry into O almost whole - 2.6% of the largest |O| at
+    D 64 on an H100; a P in the wrong place moves O by a good part of V's spread). With P@V added to O in fp32 per
+    block and chained in the MMA (`ws_fp8_two_level` off; P per tile needs the former)."""
+    fields = dict(ws_fp8_v16_contiguous=False, ws_fp8_p_per_tile=p_per_tile, ws_fp8_two_level=two_level)
     monkeypatch.setenv("TRITONFA_CONFIG", _ws_fp8_config(ws_fp8_p_one_rounding=True, **fields))
     inputs = _fp8_batch(head_size, torch.float8_e4m3fn, use_seqused_k=True)
     assert _plan(inputs)[0] == WS and _constexprs(inputs, window_right=-1 if not causal else 0)["LEAN_SOFTMAX"] == 2
     descales = {name: fp8_descale("per_head", inputs.batch, inputs.num_kv_heads)
                 for name in ("q_descale", "k_descale", "v_descale")}  # fmt: skip
     once = check_low_precision(inputs, causal=causal, **descales)
-    monkeypatch.setenv("TRITONFA_CONFIG", _ws_fp8_config(**fields))
+    monkeypatch.setenv("TRITONFA_CONFIG", _ws_fp8_config(ws_fp8_p_one_rounding=False, **fields))
+    assert _constexprs(inputs, window_right=-1 if not causal else 0)["LEAN_SOFTMAX"] == 1
     twice = check_low_precision(inputs, causal=causal, **descales)
     rows = inputs.cu_seqlens_q[-1]
     assert once[:rows].isfinite().all()
     scale = twice[:rows].float().abs().max()
-    assert (once[:rows].float() - twice[:rows].float()).abs().max() <= 0.02 * scale, "one rounding, not another P"
+    assert (once[:rows].float() - twice[:rows].float()).abs().max() <= 0.0625 * scale, "one rounding, not another P"
 
 
 @pytest.mark.skipif(not (ON_HOPPER and attention_hopper.HAS_GLUON), reason="Gluon kernels run on a Hopper GPU only")

@@ -158,8 +158,9 @@ def cross_compile_specs(arch: str) -> list[dict[str, Any]]:
         # its "tile" form: configs._KEYS_AS_ROWS_DECODE's tile, 64-key blocks, ptxas held to 128 registers)
         keys_as_rows = {"hopper": {"decode_keys_as_rows": True}}
         plans.append((functools.partial(_plan_with_override, json.dumps(keys_as_rows)), (True,)))
-        # a mixed batch's decode launch as a programmatic dependent of the Gluon prefill (config `mixed_pdl`)
-        mixed_pdl = {"hopper": {"mixed_pdl": True}}
+        # a mixed batch's decode launch after the Gluon prefill, not as its programmatic dependent (config
+        # `mixed_pdl` off; on by default)
+        mixed_pdl = {"hopper": {"mixed_pdl": False}}
         plans.append((functools.partial(_plan_with_override, json.dumps(mixed_pdl)), (False,)))
         # the keys-as-rows tile for the paged fp8-KV decode calls the Gluon decode (default) takes: they keep it
         # with decode_gluon off, and where the Gluon decode does not go (a split)
@@ -348,9 +349,11 @@ def _hopper_prefill_specs() -> list[dict[str, Any]]:
     choices += [(d, causal, True, False, fp8, fp8, False, True, 0, False, programs, 0, False, False, True)
                 for d in (64, 128) for causal in (False, True) for programs in (0, 132)]  # fmt: skip
     choices += [(128, False, True, False, bf16, fp8, True, True, 0, False, 132, 0, False, False, True)]
-    # the schedule options that are Hopper's defaults (early K release, the lean softmax step) as configured
+    # the schedule options that are Hopper's defaults (early K release, the lean softmax step, fp8 P rounded once)
+    # as configured
     hopper = select_config("hopper", 128, 1024)
-    schedule = dict(early_k_release=hopper.ws_early_k_release, lean_softmax=hopper.ws_lean_softmax)
+    schedule = dict(early_k_release=hopper.ws_early_k_release, lean_softmax=hopper.ws_lean_softmax,
+                    fp8_p_one_rounding=hopper.ws_fp8_p_one_rounding)  # fmt: skip
     specs = []
     for (
         head_dim,
@@ -465,15 +468,28 @@ def _hopper_prefill_specs() -> list[dict[str, Any]]:
     name = f"{fn.__name__}[hopper d128 CAUSAL=True PAGED=False PERSISTENT LAUNCH_DEPENDENTS]"
     specs.append(dict(name=name, fn=fn, bound_args=args, constexprs={**constexprs, "LAUNCH_DEPENDENTS": True},
                       options=options, gluon=True))  # fmt: skip
-    # the opt-in fp8 P rounded once (config `ws_fp8_p_one_rounding`), where P meets key-major fp8 V: non-causal D 64
-    # and 128, causal with a key-major V (64-key blocks), P per tile
-    one_rounding = [(128, False, False), (64, False, False), (128, True, False), (128, False, True)]
-    for head_dim, causal, p_per_tile in one_rounding:
+    # the persistent grid's items dealt as a snake (config `ws_snake_order`): D 64 (two programs per SM) and 128
+    for head_dim, causal in ((128, True), (64, True), (128, False)):
+        fn, args, constexprs, options = _plan_prefill_option(head_dim, causal, 132, False, bf16, bf16,
+                                                             snake_order=True, **schedule)  # fmt: skip
+        assert constexprs["SNAKE_ORDER"]
+        name = f"{fn.__name__}[hopper d{head_dim} CAUSAL={causal} PAGED=False PERSISTENT SNAKE_ORDER]"
+        specs.append(dict(name=name, fn=fn, bound_args=args, constexprs=constexprs, options=options, gluon=True))
+    # fp8 P rounded once (config `ws_fp8_p_one_rounding`, Hopper's default) where P meets key-major fp8 V: non-causal
+    # D 64 and 128, causal with a key-major V (64-key blocks), P per tile, P@V chained in the MMA (one level); and
+    # turned off (P through fp16)
+    one_rounding = [(128, False, False, True, True), (64, False, False, True, True), (128, True, False, True, True),
+                    (128, False, True, True, True), (128, False, False, False, True), (64, False, False, False, True),
+                    (128, False, False, True, False)]  # fmt: skip
+    for head_dim, causal, p_per_tile, two_level, once in one_rounding:
         fn, args, constexprs, options = _plan_prefill_option(
-            head_dim, causal, 0, False, fp8, fp8, fp8_p_one_rounding=True, p_per_tile=p_per_tile, **schedule
-        )
-        assert constexprs["LEAN_SOFTMAX"] == 2
-        suffix = " P_PER_TILE" if p_per_tile else ""
-        name = f"{fn.__name__}[hopper d{head_dim} CAUSAL={causal} FP8{suffix} FP8_P_ONE_ROUNDING]"
+            head_dim, causal, 0, False, fp8, fp8, p_per_tile=p_per_tile, two_level=two_level,
+            **{**schedule, "fp8_p_one_rounding": once},
+        )  # fmt: skip
+        assert constexprs["LEAN_SOFTMAX"] == (2 if once else int(schedule["lean_softmax"]))
+        labels = [(p_per_tile, "P_PER_TILE"), (not two_level, "TWO_LEVEL=False"),
+                  (True, "FP8_P_ONE_ROUNDING" if once else "FP8_P_THROUGH_FP16")]  # fmt: skip
+        suffix = "".join(f" {label}" for wanted, label in labels if wanted)
+        name = f"{fn.__name__}[hopper d{head_dim} CAUSAL={causal} FP8{suffix}]"
         specs.append(dict(name=name, fn=fn, bound_args=args, constexprs=constexprs, options=options, gluon=True))
     return specs

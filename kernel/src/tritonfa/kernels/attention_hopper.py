@@ -1064,6 +1064,28 @@ if HAS_GLUON:
         return n_tile_slots - 1 - work // num_q_heads, work % num_q_heads
 
     @gluon.jit
+    def _items_end(n_items, SNAKE_ORDER: gl.constexpr):
+        # where a persistent program's walk (work = program id, + programs, ...) stops: SNAKE_ORDER walks whole rounds
+        # (the last round's items sit at the other end of the grid every other round)
+        if SNAKE_ORDER:
+            return gl.cdiv(n_items, gl.num_programs(0)) * gl.num_programs(0)
+        else:
+            return n_items
+
+    @gluon.jit
+    def _snake_work(work, n_items, num_q_heads, SNAKE_ORDER: gl.constexpr):
+        # SNAKE_ORDER (config `ws_snake_order`): in every odd round of the walk program p takes item P - 1 - p of
+        # the round instead of p, so the programs that took the longest items of one round (the first ones: the
+        # order runs from the longest tiles) take the shortest of the next; an item past the end becomes
+        # -num_q_heads, whose tile slot (n_tile_slots, see _work_item) no sequence has
+        if SNAKE_ORDER:
+            programs = gl.num_programs(0)
+            round_start = work - work % programs
+            work = gl.where((work // programs) % 2 == 1, round_start + programs - 1 - gl.program_id(0), work)
+            work = gl.where(work < n_items, work, -num_q_heads)
+        return work
+
+    @gluon.jit
     def _produce_work(work, it, items, q_desc, k_desc, v_desc, q_bufs, k_bufs, v_bufs, v_stage, q_ready, q_empty,
                       k_ready, v_ready, kv_empty, k_ptr, v_ptr, cu_seqlens_q_ptr, cu_seqlens_k_ptr, seqused_k_ptr,
                              block_table_ptr, num_seqs, total_q, total_k, num_cache_blocks, max_blocks, stride_bt_seq,
@@ -1106,13 +1128,15 @@ if HAS_GLUON:
                              v_cols_per_head, n_tile_slots, num_q_heads, GROUP: gl.constexpr, CAUSAL: gl.constexpr,
                              PAGED: gl.constexpr, PAGE_SIZE: gl.constexpr, PAGED_TMA: gl.constexpr,
                              HAS_SEQUSED: gl.constexpr, SEQ_FILTER: gl.constexpr, DECODE_MAX_Q: gl.constexpr,
-                             FP8: gl.constexpr, VALID_D: gl.constexpr):  # fmt: skip
+                             FP8: gl.constexpr, VALID_D: gl.constexpr, SNAKE_ORDER: gl.constexpr):  # fmt: skip
         # The producer's walk over this program's work items: Q into the next of Q_BUFS buffers once the consumers
         # are done with it (QUANTIZE_Q: q_desc / q_bufs are the 16-bit q and its staging tiles), K/V blocks into the
         # ring, whose slots and phases run on from tile to tile.
         it = gl.program_id(0) * 0  # K/V blocks loaded so far
         items = gl.program_id(0) * 0  # tiles loaded so far
-        for work in range(gl.program_id(0), n_tile_slots * num_q_heads, gl.num_programs(0)):
+        n_items = n_tile_slots * num_q_heads
+        for step in range(gl.program_id(0), _items_end(n_items, SNAKE_ORDER), gl.num_programs(0)):
+            work = _snake_work(step, n_items, num_q_heads, SNAKE_ORDER)
             it, items = _produce_work(work, it, items, q_desc, k_desc, v_desc, q_bufs, k_bufs, v_bufs, v_stage,
                 q_ready, q_empty, k_ready, v_ready, kv_empty, k_ptr, v_ptr, cu_seqlens_q_ptr, cu_seqlens_k_ptr,
                 seqused_k_ptr, block_table_ptr, num_seqs, total_q, total_k, num_cache_blocks, max_blocks,
@@ -1191,12 +1215,14 @@ if HAS_GLUON:
                              QUANTIZE_Q: gl.constexpr,
                              Q_MAX: gl.constexpr,
                              HAS_Q_DESCALE: gl.constexpr, HAS_K_DESCALE: gl.constexpr, HAS_V_DESCALE: gl.constexpr,
-                             num_warps: gl.constexpr, VALID_D: gl.constexpr):  # fmt: skip
+                             num_warps: gl.constexpr, VALID_D: gl.constexpr, SNAKE_ORDER: gl.constexpr):  # fmt: skip
         # A consumer warpgroup's walk over the same work items as the producer: each tile as in the non-persistent
         # kernel (_consumer), its ring blocks, wgmma turns and Q buffer counted on from the tiles before.
         it = gl.program_id(0) * 0  # K/V blocks consumed so far
         items = gl.program_id(0) * 0  # tiles computed so far (each took its blocks + 1 wgmma turns)
-        for work in range(gl.program_id(0), n_tile_slots * num_q_heads, gl.num_programs(0)):
+        n_items = n_tile_slots * num_q_heads
+        for step in range(gl.program_id(0), _items_end(n_items, SNAKE_ORDER), gl.num_programs(0)):
+            work = _snake_work(step, n_items, num_q_heads, SNAKE_ORDER)
             it, items = _consume_work(work, it, items, q_bufs, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready,
                 kv_empty, turns, q_src, out_ptr, lse_ptr, cu_seqlens_q_ptr, cu_seqlens_k_ptr, seqused_k_ptr,
                 q_descale_ptr, k_descale_ptr, v_descale_ptr, num_seqs, total_q, total_k, max_blocks, softmax_scale,
@@ -1224,7 +1250,7 @@ if HAS_GLUON:
                                      Q_MAX: gl.constexpr,
                                      HAS_Q_DESCALE: gl.constexpr, HAS_K_DESCALE: gl.constexpr,
                                      HAS_V_DESCALE: gl.constexpr, num_warps: gl.constexpr,
-                                     VALID_D: gl.constexpr):  # fmt: skip
+                                     VALID_D: gl.constexpr, SNAKE_ORDER: gl.constexpr):  # fmt: skip
         _consumer_persistent(q_bufs, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, kv_empty, turns, q_src,
                              out_ptr, lse_ptr, cu_seqlens_q_ptr, cu_seqlens_k_ptr, seqused_k_ptr, q_descale_ptr,
                              k_descale_ptr, v_descale_ptr, num_seqs, total_q, total_k, max_blocks, softmax_scale,
@@ -1233,7 +1259,7 @@ if HAS_GLUON:
                              stride_vdesc_seq, stride_vdesc_head, n_tile_slots, num_q_heads, GROUP, ROW0, ROWS, CAUSAL,
                              PINGPONG, RETURN_LSE, ZERO_TAIL, PAGED, PAGE_SIZE, HAS_SEQUSED, SEQ_FILTER,
                              DECODE_MAX_Q, FP8, P_SCALE_LOG2, TWO_LEVEL, P_PER_TILE, LEAN_SOFTMAX, QUANTIZE_Q, Q_MAX,
-                             HAS_Q_DESCALE, HAS_K_DESCALE, HAS_V_DESCALE, num_warps, VALID_D)  # fmt: skip
+                             HAS_Q_DESCALE, HAS_K_DESCALE, HAS_V_DESCALE, num_warps, VALID_D, SNAKE_ORDER)  # fmt: skip
         return ()
 
     # Lengths, counts and the widths they set (block table, lse rows) change per batch: not specialized, so a new
@@ -1321,6 +1347,7 @@ if HAS_GLUON:
         HAS_V_DESCALE: gl.constexpr,
         PERSISTENT: gl.constexpr,  # one program per SM slot walks (tile slot, q head) items; grid (programs,)
         Q_BUFS: gl.constexpr,  # PERSISTENT: Q buffers (2: the next tile's Q loads during this one)
+        SNAKE_ORDER: gl.constexpr,  # PERSISTENT: every other round of items taken from the grid's other end
         VALID_D: gl.constexpr,  # q/k/v's head size: D of the tiles (64/128/256) or less, padded (see _consumer)
         # a mixed batch's decode launch is this launch's programmatic dependent (config `mixed_pdl`): let it start
         LAUNCH_DEPENDENTS: gl.constexpr,
@@ -1410,7 +1437,7 @@ if HAS_GLUON:
                         PAGED, PAGE_SIZE, HAS_SEQUSED, SEQ_FILTER, DECODE_MAX_Q, FP8, P_SCALE_LOG2, TWO_LEVEL,
                         P_PER_TILE, LEAN_SOFTMAX,
                         QUANTIZE_Q, Q_MAX, HAS_Q_DESCALE, HAS_K_DESCALE, HAS_V_DESCALE, num_warps,
-                        VALID_D)),
+                        VALID_D, SNAKE_ORDER)),
                     (_consumer_persistent, (
                         q_bufs, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, kv_empty, turns, q_stage, out_ptr,
                         lse_ptr, cu_seqlens_q_ptr, cu_seqlens_k_ptr, seqused_k_ptr, q_descale_ptr, k_descale_ptr,
@@ -1421,7 +1448,7 @@ if HAS_GLUON:
                         PAGED, PAGE_SIZE, HAS_SEQUSED, SEQ_FILTER, DECODE_MAX_Q, FP8, P_SCALE_LOG2, TWO_LEVEL,
                         P_PER_TILE, LEAN_SOFTMAX,
                         QUANTIZE_Q, Q_MAX, HAS_Q_DESCALE, HAS_K_DESCALE, HAS_V_DESCALE, num_warps,
-                        VALID_D)),
+                        VALID_D, SNAKE_ORDER)),
                     (_producer_persistent, (
                         q16_desc, k_desc, v_desc, q_stage, k_bufs, v_bufs, v_stage, q_ready, q_empty, k_ready, v_ready,
                         kv_empty,
@@ -1430,7 +1457,7 @@ if HAS_GLUON:
                         stride_k_head, stride_v_blk, stride_v_slot, stride_v_head, k_rows_per_block,
                         k_rows_per_head, k_cols_per_head, v_rows_per_block, v_rows_per_head, v_cols_per_head,
                         n_tile_slots, num_q_heads, GROUP, CAUSAL, PAGED, PAGE_SIZE, PAGED_TMA, HAS_SEQUSED,
-                        SEQ_FILTER, DECODE_MAX_Q, FP8, VALID_D)),
+                        SEQ_FILTER, DECODE_MAX_Q, FP8, VALID_D, SNAKE_ORDER)),
                 ],
                 [num_warps, PRODUCER_WARPS],
                 [WORKER_REGS, PERSISTENT_PRODUCER_REGS if not GATHER else PRODUCER_REGS_],
@@ -1593,7 +1620,7 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
                         paged_tma: bool = False, persistent_programs: int = 0, block_n: int = 0,
                         fp8_v16: bool = False, fp8_v16_contiguous: bool = False, p_per_tile: bool = False,
                         early_k_release: bool = False, lean_softmax: bool = False,
-                        fp8_p_one_rounding: bool = False):  # fmt: skip
+                        fp8_p_one_rounding: bool = False, snake_order: bool = False):  # fmt: skip
     """(kernel, grid, args, constexprs, options) of one warp-specialized prefill launch; `supports` must hold.
 
     fp8 K/V: V is read from its key-major copy (`key_major_v`, made here); quantize_q rounds a 16-bit q to K's fp8
@@ -1609,6 +1636,7 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
     QK is done, its V after its P@V (see _release_k). lean_softmax: the row max as a tree (_row_max) and a 16-bit P
     packed two values per register as the P@V wants them (_to_p); the same arithmetic, fewer dependent steps.
     fp8_p_one_rounding: an fp8 P rounded to e4m3 once from fp32 (not through fp16), with the lean step.
+    snake_order (persistent grid): every odd round of work items runs from the grid's last program to its first.
     """
     total_q, num_q_heads, valid_d = q.shape
     head_dim = tile_head_dim(valid_d)  # the tiles' D; a smaller head size is padded (supports' pad_head_dim)
@@ -1736,6 +1764,7 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
         # QUANTIZE_Q needs one: the consumers hand the 16-bit staging tile back once they have rounded it (early in
         # the tile, so the next one loads during this one) and each warpgroup rewrites only its own fp8 rows
         Q_BUFS=2 if persistent_programs > 0 and head_dim <= 128 and not quantize_q else 1,
+        SNAKE_ORDER=snake_order and persistent_programs > 0,
         VALID_D=valid_d,
     )
     return attention_fwd_hopper_kernel, grid, args, constexprs, {"num_warps": NUM_WARPS}
