@@ -79,6 +79,8 @@ PREFILL_VARIANTS = {
     "ws-fp8-p-one-rounding": {"ws_fp8_p_one_rounding": True},
     # the persistent grid's rounds of work items dealt back and forth (a snake) instead of always from program 0
     "ws-snake-order": {"ws_snake_order": True},
+    # O rescaled a step late in one FFMA with the P@V (fp8 P with key-major V, two-level)
+    "ws-fp8-late-rescale": {"ws_fp8_late_rescale": True},
     # both: P rounded once into the P@V, which accumulates into O in the wgmma (64 FADD fewer per block)
     "ws-fp8-one-level-one-rounding": {"ws_fp8_p_one_rounding": True, "ws_fp8_two_level": False},
     "ws-fp8-v16-contiguous-flat": {"ws_fp8_v16_contiguous": True, "ws_persistent": False},

@@ -843,6 +843,47 @@ def test_warp_specialized_fp8_p_one_rounding_matches_reference(monkeypatch, head
     assert (once[:rows].float() - twice[:rows].float()).abs().max() <= 0.0625 * scale, "one rounding, not another P"
 
 
+@pytest.mark.skipif(not attention_hopper.HAS_GLUON, reason="this triton has no Gluon")
+def test_fp8_late_rescale_is_planned_with_two_level_fp8_p(monkeypatch):
+    """Opt-in `ws_fp8_late_rescale` (LEAN_SOFTMAX 3): where P meets key-major fp8 V, rounded once, added to O in fp32
+    per block, not scaled per tile; else the step it would change is not there."""
+    fp8 = torch.float8_e4m3fn
+    inputs = make_inputs([300], [300], num_heads=(8, 2), head_size=128, dtype=fp8, kv_dtype=fp8)
+    assert _constexprs(inputs, window_right=-1)["LEAN_SOFTMAX"] == 2, "off by default"
+    monkeypatch.setenv("TRITONFA_CONFIG", _ws_fp8_config(ws_fp8_late_rescale=True))
+    assert _constexprs(inputs, window_right=-1)["LEAN_SOFTMAX"] == 3
+    assert _constexprs(inputs)["LEAN_SOFTMAX"] == 1, "causal calls widen V (16-bit P) by default"
+    for other in ({"ws_fp8_two_level": False}, {"ws_fp8_p_per_tile": True}):
+        monkeypatch.setenv("TRITONFA_CONFIG", _ws_fp8_config(ws_fp8_late_rescale=True, **other))
+        assert _constexprs(inputs, window_right=-1)["LEAN_SOFTMAX"] == 2, other
+
+
+@pytest.mark.skipif(not (ON_HOPPER and attention_hopper.HAS_GLUON), reason="Gluon kernels run on a Hopper GPU only")
+@pytest.mark.parametrize("head_size", [64, 128])
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("persistent", [True, False])
+def test_warp_specialized_fp8_late_rescale_matches_reference(monkeypatch, head_size, causal, persistent):
+    """O brought to each block's max a step late, in one FFMA with that block's P@V: against the reference (NaN
+    keys past the sequences, an empty sequence, rows that see no key in their first block, per-head descales), and
+    within fp32 rounding of the default's (O + PV) * alpha - a bf16 step or two of the largest |O|, where a factor
+    of the wrong block would be off by that block's growth of the row max."""
+    fields = dict(ws_fp8_v16_contiguous=False, ws_persistent=persistent, ws_block_n=64 if persistent else 0)
+    monkeypatch.setenv("TRITONFA_CONFIG", _ws_fp8_config(ws_fp8_late_rescale=True, **fields))
+    inputs = _fp8_batch(head_size, torch.float8_e4m3fn, use_seqused_k=True)
+    constexprs = _constexprs(inputs, window_right=-1 if not causal else 0)
+    assert _plan(inputs)[0] == WS and constexprs["LEAN_SOFTMAX"] == 3 and constexprs["PERSISTENT"] == persistent
+    descales = {name: fp8_descale("per_head", inputs.batch, inputs.num_kv_heads)
+                for name in ("q_descale", "k_descale", "v_descale")}  # fmt: skip
+    late = check_low_precision(inputs, causal=causal, **descales)
+    monkeypatch.setenv("TRITONFA_CONFIG", _ws_fp8_config(**fields))
+    assert _constexprs(inputs, window_right=-1 if not causal else 0)["LEAN_SOFTMAX"] == 2
+    default = check_low_precision(inputs, causal=causal, **descales)
+    rows = inputs.cu_seqlens_q[-1]
+    assert late[:rows].isfinite().all()
+    scale = default[:rows].float().abs().max()
+    assert (late[:rows].float() - default[:rows].float()).abs().max() <= scale / 64, "the same O up to rounding"
+
+
 @pytest.mark.skipif(not (ON_HOPPER and attention_hopper.HAS_GLUON), reason="Gluon kernels run on a Hopper GPU only")
 @pytest.mark.parametrize("kv_layout", ["paged", "paged_kv_interleaved", "paged_heads_major"])
 @pytest.mark.parametrize("block_size", [16, 256])

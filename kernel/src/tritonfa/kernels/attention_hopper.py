@@ -693,7 +693,7 @@ if HAS_GLUON:
     def _to_p(b_p, dtype: gl.constexpr, p_layout: gl.constexpr, LEAN_SOFTMAX: gl.constexpr = 0):
         # P (fp32, s layout) as the next P@V's A operand: 16-bit P in its dot-operand layout. fp8 P is carried to the
         # next step as fp16 pairs in the order _fp8_operand wants (a loop-carried fp8 tensor lives as one byte per
-        # register and is repacked at every wgmma: ~180 instructions per block on sm_90). LEAN_SOFTMAX 2 (config
+        # register and is repacked at every wgmma: ~180 instructions per block on sm_90). LEAN_SOFTMAX 2 and 3 (config
         # `ws_fp8_p_one_rounding`): fp8 P rounded once, from fp32, its four bytes carried in the first fp16 pair's
         # register (the second pair's is left unused): 2 conversions per 4 values instead of 4.
         IS_FP8: gl.constexpr = dtype.primitive_bitwidth == 8
@@ -705,7 +705,7 @@ if HAS_GLUON:
             BN: gl.constexpr = b_p.type.shape[1]
             p = gl.reshape(b_p, [BM, BN // 16, 2, 4, 2])
             p = gl.reshape(gl.permute(p, [0, 1, 3, 2, 4]), [BM, BN])
-            if LEAN_SOFTMAX == 2:
+            if LEAN_SOFTMAX >= 2:
                 # cvt ...e4m3x2.f32 d, a, b puts a in the high byte: values 0 1 -> lo, 2 3 -> hi, as _fp8_operand
                 p = gl.inline_asm_elementwise(
                     asm="{ .reg .b16 lo, hi; cvt.rn.satfinite.e4m3x2.f32 lo, $3, $2; "
@@ -749,7 +749,7 @@ if HAS_GLUON:
         # O += P @ V (async); TWO_LEVEL: P @ V alone, added to O after the wait
         FP8_P: gl.constexpr = p_layout.k_width == 4
         if FP8_P:
-            a = _fp8_operand(p_prev, p_layout, LEAN_SOFTMAX == 2)
+            a = _fp8_operand(p_prev, p_layout, LEAN_SOFTMAX >= 2)
         else:
             a = p_prev
         if TWO_LEVEL:
@@ -793,7 +793,14 @@ if HAS_GLUON:
                 mbarrier.arrive(kv_empty.index(V_FREE + sp), count=1)
                 if P_PER_TILE:  # block j - 1's P@V, at its own P factor
                     b_pv = b_pv * gl.expand_dims(gl.convert_layout(beta_prev, gl.SliceLayout(1, o_layout)), 1)
-                b_o = (b_o + b_pv) * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
+                if LEAN_SOFTMAX == 3 and not P_PER_TILE:
+                    # O one step behind (config `ws_fp8_late_rescale`): it holds blocks up to j - 2 at block j - 2's
+                    # max; block j - 1's factor (beta_prev = its alpha) brings it to block j - 1's max, where that
+                    # block's P@V already is: one FFMA per value where (O + PV) * alpha takes an FADD and an FMUL
+                    b_o = gl.fma(b_o, gl.expand_dims(gl.convert_layout(beta_prev, gl.SliceLayout(1, o_layout)), 1),
+                                 b_pv)  # fmt: skip
+                else:
+                    b_o = (b_o + b_pv) * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
             else:
                 b_o = warpgroup_mma_wait(num_outstanding=0, deps=(o_tok,))
                 mbarrier.arrive(kv_empty.index(V_FREE + sp), count=1)
@@ -992,6 +999,9 @@ if HAS_GLUON:
         if P_PER_TILE_PV:
             b_pv = warpgroup_mma_wait(num_outstanding=0, deps=(o_tok,))
             b_o = b_o + b_pv * gl.expand_dims(gl.convert_layout(beta, gl.SliceLayout(1, o_layout)), 1)
+        elif TWO_LEVEL_PV and LEAN_SOFTMAX == 3:  # O one step behind (see _kv_step): the last block's factor
+            b_pv = warpgroup_mma_wait(num_outstanding=0, deps=(o_tok,))
+            b_o = gl.fma(b_o, gl.expand_dims(gl.convert_layout(beta, gl.SliceLayout(1, o_layout)), 1), b_pv)
         elif TWO_LEVEL_PV:
             b_o = b_o + warpgroup_mma_wait(num_outstanding=0, deps=(o_tok,))
         else:
@@ -1620,7 +1630,8 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
                         paged_tma: bool = False, persistent_programs: int = 0, block_n: int = 0,
                         fp8_v16: bool = False, fp8_v16_contiguous: bool = False, p_per_tile: bool = False,
                         early_k_release: bool = False, lean_softmax: bool = False,
-                        fp8_p_one_rounding: bool = False, snake_order: bool = False):  # fmt: skip
+                        fp8_p_one_rounding: bool = False, snake_order: bool = False,
+                        fp8_late_rescale: bool = False):  # fmt: skip
     """(kernel, grid, args, constexprs, options) of one warp-specialized prefill launch; `supports` must hold.
 
     fp8 K/V: V is read from its key-major copy (`key_major_v`, made here); quantize_q rounds a 16-bit q to K's fp8
@@ -1637,6 +1648,8 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
     packed two values per register as the P@V wants them (_to_p); the same arithmetic, fewer dependent steps.
     fp8_p_one_rounding: an fp8 P rounded to e4m3 once from fp32 (not through fp16), with the lean step.
     snake_order (persistent grid): every odd round of work items runs from the grid's last program to its first.
+    fp8_late_rescale (with fp8_p_one_rounding and two_level, not p_per_tile): O is brought to each block's max one
+    step late, in one FFMA with the P@V that block adds (LEAN_SOFTMAX 3).
     """
     total_q, num_q_heads, valid_d = q.shape
     head_dim = tile_head_dim(valid_d)  # the tiles' D; a smaller head size is padded (supports' pad_head_dim)
@@ -1752,7 +1765,9 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
         P_PER_TILE=p_per_tile and two_level and fp8 and not widened_v,
         EARLY_K_RELEASE=early_k_release,
         # an fp8 P exists only where fp8 V stays key-major; elsewhere one rounding changes nothing
-        LEAN_SOFTMAX=2 if fp8_p_one_rounding and fp8 and not widened_v else int(lean_softmax),
+        LEAN_SOFTMAX=(3 if fp8_late_rescale and two_level and not p_per_tile else 2)
+        if fp8_p_one_rounding and fp8 and not widened_v
+        else int(lean_softmax),
         LAUNCH_DEPENDENTS=False,  # set by the launcher's plan of a mixed batch (attention._overlapped)
         QUANTIZE_Q=quantize_q,
         Q_MAX=fp8_max(k.dtype) if quantize_q else 0.0,
