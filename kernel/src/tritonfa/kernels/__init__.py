@@ -493,8 +493,9 @@ def _hopper_prefill_specs() -> list[dict[str, Any]]:
         name = f"{fn.__name__}[hopper d{head_dim} CAUSAL={causal} FP8{suffix}]"
         specs.append(dict(name=name, fn=fn, bound_args=args, constexprs=constexprs, options=options, gluon=True))
     # O rescaled a step late in one FFMA (config `ws_fp8_late_rescale`): non-causal D 64 and 128 on both grids (D 128
-    # persistent with 64-key blocks, where its consumers fit), causal with a key-major V
-    late = [(128, False, 0, 0), (64, False, 0, 0), (64, False, 132, 0), (128, False, 132, 64), (128, True, 0, 0)]
+    # persistent with 64-key blocks, where its consumers fit), causal with a key-major V in 64- and 128-key blocks
+    late = [(128, False, 0, 0), (64, False, 0, 0), (64, False, 132, 0), (128, False, 132, 64), (128, True, 0, 0),
+            (128, True, 0, 128)]  # fmt: skip
     for head_dim, causal, programs, block_n in late:
         fn, args, constexprs, options = _plan_prefill_option(head_dim, causal, programs, False, fp8, fp8,
                                                              block_n=block_n, fp8_late_rescale=True,
