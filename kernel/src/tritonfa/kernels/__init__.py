@@ -463,7 +463,8 @@ def _hopper_prefill_specs() -> list[dict[str, Any]]:
         suffix = "".join(f" {label}" for wanted, label in labels if wanted)
         name = f"{fn.__name__}[hopper d{head_dim} CAUSAL={causal} PAGED={paged}{suffix} LEAN_SOFTMAX]"
         specs.append(dict(name=name, fn=fn, bound_args=args, constexprs=constexprs, options=options, gluon=True))
-    # the prefill of a mixed batch that lets its decode launch start early (config `mixed_pdl`)
+    # the prefill of a mixed batch that lets its decode launch start early (config `mixed_pdl`, Hopper's default; the
+    # dispatcher plans above compile the decode side, PDL_WAIT)
     fn, args, constexprs, options = _plan_prefill_option(128, True, 132, False, bf16, bf16, **schedule)
     name = f"{fn.__name__}[hopper d128 CAUSAL=True PAGED=False PERSISTENT LAUNCH_DEPENDENTS]"
     specs.append(dict(name=name, fn=fn, bound_args=args, constexprs={**constexprs, "LAUNCH_DEPENDENTS": True},

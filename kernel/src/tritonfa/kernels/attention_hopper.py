@@ -1090,8 +1090,8 @@ if HAS_GLUON:
         # -num_q_heads, whose tile slot (n_tile_slots, see _work_item) no sequence has
         if SNAKE_ORDER:
             programs = gl.num_programs(0)
-            round_start = work - work % programs
-            work = gl.where((work // programs) % 2 == 1, round_start + programs - 1 - gl.program_id(0), work)
+            walk_round = work // programs
+            work = gl.where(walk_round % 2 == 1, (walk_round + 1) * programs - 1 - gl.program_id(0), work)
             work = gl.where(work < n_items, work, -num_q_heads)
         return work
 
@@ -1745,6 +1745,11 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
         *(s for d in (q_descale, k_descale, v_descale) for s in descale_strides(d)),
         n_tile_slots, num_q_heads,
     )  # fmt: skip
+    # the softmax step (LEAN_SOFTMAX): 0 / 1 the lean one off / on; an fp8 P exists only where fp8 V stays key-major,
+    # and there 2 rounds it once, 3 also rescales O a step late (two-level P@V without P per tile)
+    lean_step = int(lean_softmax)
+    if fp8_p_one_rounding and fp8 and not widened_v:
+        lean_step = 3 if fp8_late_rescale and two_level and not p_per_tile else 2
     constexprs = dict(
         GROUP=num_q_heads // num_kv_heads,
         CAUSAL=causal,
@@ -1764,10 +1769,7 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
         TWO_LEVEL=two_level,
         P_PER_TILE=p_per_tile and two_level and fp8 and not widened_v,
         EARLY_K_RELEASE=early_k_release,
-        # an fp8 P exists only where fp8 V stays key-major; elsewhere one rounding changes nothing
-        LEAN_SOFTMAX=(3 if fp8_late_rescale and two_level and not p_per_tile else 2)
-        if fp8_p_one_rounding and fp8 and not widened_v
-        else int(lean_softmax),
+        LEAN_SOFTMAX=lean_step,
         LAUNCH_DEPENDENTS=False,  # set by the launcher's plan of a mixed batch (attention._overlapped)
         QUANTIZE_Q=quantize_q,
         Q_MAX=fp8_max(k.dtype) if quantize_q else 0.0,
