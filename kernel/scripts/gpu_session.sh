@@ -24,6 +24,9 @@
 #                          (kernel/scripts/profile_prefill.py; killed after PROFILE_TIMEOUT seconds, default 300)
 #   profile:ONLY:VARIANTS  the same for ONLY workloads and VARIANTS ('+' for ','); the variant fa3 profiles FA3 (from
 #                          PEER_PYTHONPATH once PEER_READY exists)
+#   timeline:ONLY:BEFORE:IMPLS  where a timed call's time goes (kernel/scripts/call_timeline.py: event vs kernel
+#                          time, GPU idle, host time, allocations / syncs) for ONLY workloads after BEFORE workloads'
+#                          calls ('+' for ','; IMPLS e.g. tritonfa+fa3); timeline_<step number>.{log,json}
 #   launch-hostcost        host time per launcher call (kernel/scripts/launch_hostcost.py; first in a chain: it needs
 #                          an idle host) into launch_hostcost.log
 #   first-call             where a workload's first call goes, empty Triton cache, fresh process per workload
@@ -130,6 +133,12 @@ await_peers() {  # with PEER_PYTHONPATH: wait up to PEER_WAIT_S seconds (default
           2>&1 | tail -n 20 ;;
       launch-hostcost) timeout -s KILL 300 python3 kernel/scripts/launch_hostcost.py 2>&1 |
         tee "$out/launch_hostcost.log" ;;
+      timeline:*)  # timeline:ONLY:BEFORE:IMPLS ('+' for ','), kernel/scripts/call_timeline.py, peers from PEER_PYTHONPATH
+        IFS=':' read -r _ only before impls <<< "$step"
+        await_peers
+        PYTHONPATH="${PEER_PYTHONPATH:+$PEER_PYTHONPATH:}$PYTHONPATH" timeout -s KILL 300 python3 \
+          kernel/scripts/call_timeline.py --only "${only//+/,}" --before "${before//+/,}" \
+          --impls "${impls:+${impls//+/,}}" --out "$out/timeline_$n.json" 2>&1 | tee "$out/timeline_$n.log" | tail -n 12 ;;
       first-call) timeout -s KILL 300 python3 kernel/scripts/first_call.py --out "$out" 2>&1 | tail -n 12 ;;
       first-call-serial)
         TRITONFA_COMPILE_AHEAD=0 timeout -s KILL 300 python3 kernel/scripts/first_call.py --out "$out/serial" 2>&1 |

@@ -4,8 +4,10 @@ prepared launch with the plan cache (whose served keys call their compiled kerne
 No vLLM needed (integration/scripts/hostcost.py measures the whole backend beside FA3). Paged bf16 K/V, Llama-3-8B's
 heads (32 q / 8 kv, D 128), 16-slot pages; per case and mode the best of --repeats loops of --calls calls without a
 sync, the modes in turn twice (the first round also warms; the second counts). Outputs of every mode must be equal.
+A case ending in -fp8 reads an fp8 (e4m3) cache with the bf16 q (vLLM's fp8 KV cache: on Hopper a prefill widens it
+into scratch copies first).
 
-    python kernel/scripts/launch_hostcost.py [--cases b1x256,b64x2048,b1x2048q512]
+    python kernel/scripts/launch_hostcost.py [--cases b1x256,b64x2048,b1x2048q512,b1x2048q512-fp8]
     python kernel/scripts/launch_hostcost.py --plan-only [--arch hopper]   # any machine: planning alone, meta tensors
 """
 
@@ -27,18 +29,19 @@ HEADS, KV_HEADS, HEAD_DIM, PAGE = 32, 8, 128, 16
 MODES = {"Triton": ("0", "0"), "prepared": ("1", "0"), "prepared + plan cache": ("1", "1")}
 
 
-def parse_case(text: str) -> tuple[int, int, int]:
-    """b<batch>x<kv len>[q<query len>] -> (batch, kv len, query len)."""
+def parse_case(text: str) -> tuple[int, int, int, torch.dtype]:
+    """b<batch>x<kv len>[q<query len>][-fp8] -> (batch, kv len, query len, cache dtype)."""
+    text, fp8, _ = text.partition("-fp8")
     batch, rest = text.removeprefix("b").split("x")
     ctx, _, query = rest.partition("q")
-    return int(batch), int(ctx), int(query or 1)
+    return int(batch), int(ctx), int(query or 1), torch.float8_e4m3fn if fp8 else torch.bfloat16
 
 
-def launcher_args(batch: int, ctx: int, query: int, device: str) -> tuple:
+def launcher_args(batch: int, ctx: int, query: int, kv_dtype: torch.dtype, device: str) -> tuple:
     pages = batch * -(-ctx // PAGE)
     q = torch.randn(batch * query, HEADS, HEAD_DIM, dtype=torch.bfloat16, device=device)
-    k = torch.randn(pages, PAGE, KV_HEADS, HEAD_DIM, dtype=torch.bfloat16, device=device)
-    v = torch.randn_like(k)
+    k = torch.randn(pages, PAGE, KV_HEADS, HEAD_DIM, dtype=torch.bfloat16, device=device).to(kv_dtype)
+    v = torch.randn_like(k, dtype=torch.bfloat16).to(kv_dtype)
     cu_seqlens_q = torch.arange(0, batch * query + 1, query, dtype=torch.int32, device=device)
     seqused_k = torch.full((batch,), ctx, dtype=torch.int32, device=device)
     block_table = torch.arange(pages, dtype=torch.int32, device=device).view(batch, -1)
@@ -85,7 +88,7 @@ def plan_only(cases: list[str], arch: str, calls: int, repeats: int) -> None:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--cases", default="b1x256,b64x2048,b1x2048q512")
+    parser.add_argument("--cases", default="b1x256,b64x2048,b1x2048q512,b1x2048q512-fp8")
     parser.add_argument("--calls", type=int, default=300)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--plan-only", action="store_true", help="planning alone on meta tensors (any machine)")

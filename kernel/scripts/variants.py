@@ -77,6 +77,9 @@ PREFILL_VARIANTS = {
     "ws-lean-softmax-early-k": {"ws_lean_softmax": True, "ws_early_k_release": True},
     # fp8 P rounded once from fp32 where it meets key-major fp8 V (non-causal fp8: 32 conversions fewer per block)
     "ws-fp8-p-one-rounding": {"ws_fp8_p_one_rounding": True},
+    # session 27's Hopper flips undone one at a time (session 28: is the fp8 KV contiguous prefill's slow mode theirs?)
+    "no-mixed-pdl": {"mixed_pdl": False},
+    "no-fp8-p-one-rounding": {"ws_fp8_p_one_rounding": False},
     # the persistent grid's rounds of work items dealt back and forth (a snake) instead of always from program 0
     "ws-snake-order": {"ws_snake_order": True},
     # O rescaled a step late in one FFMA with the P@V (fp8 P with key-major V, two-level)

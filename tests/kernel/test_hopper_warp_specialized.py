@@ -1018,6 +1018,25 @@ def test_warp_specialized_fp8_kv_prefill_with_widened_copy(monkeypatch, head_siz
 
 
 @pytest.mark.skipif(not (ON_HOPPER and attention_hopper.HAS_GLUON), reason="Gluon kernels run on a Hopper GPU only")
+@pytest.mark.parametrize("kv_layout", ["contiguous", "paged"])
+def test_widened_copy_served_from_the_plan_cache(kv_layout):
+    """Hopper's default for a 16-bit q with fp8 K/V (the widened copy) from the plan cache: the copies are scratch
+    buffers (plan_cache.scratch), so from a geometry's third call on the bound kernels run with buffers of their
+    own. Four calls of one geometry with new data each time (the widen launch must refill the copy), each against
+    the reference; NaN-poisoned outputs (conftest) catch a stale out."""
+    from tritonfa.kernels import plan_cache
+
+    plan_cache.clear()
+    for seed in range(4):
+        torch.manual_seed(seed)
+        inputs = _fp8_kv_batch(128, torch.bfloat16, kv_layout)
+        assert _plan(inputs)[:2] == [WIDEN, WS]
+        check_low_precision(inputs, causal=True)
+    served = [entry for entry in plan_cache._PLANS.values() if entry != plan_cache._UNCACHEABLE]
+    assert any(entry[0] == "bound" and entry[1][1] for entry in served), "bound, with scratch buffers"
+
+
+@pytest.mark.skipif(not (ON_HOPPER and attention_hopper.HAS_GLUON), reason="Gluon kernels run on a Hopper GPU only")
 @pytest.mark.parametrize("head_size", [96, 256])
 @pytest.mark.parametrize("kv_dtype", [torch.float8_e4m3fn, torch.float8_e5m2])
 def test_warp_specialized_widened_copy_other_head_sizes_and_e5m2(monkeypatch, head_size, kv_dtype):

@@ -237,9 +237,13 @@ def _launch_hostcost_tool():
 def test_launch_hostcost_tool_cases_and_inputs():
     """kernel/scripts/launch_hostcost.py: its case names and the paged batch it builds (on the CPU: shapes only)."""
     tool = _launch_hostcost_tool()
-    assert tool.parse_case("b1x256") == (1, 256, 1)
-    assert tool.parse_case("b1x2048q512") == (1, 2048, 512)
-    q, k, _, out, _, cu_seqlens_q, _, seqused_k, block_table, *rest = tool.launcher_args(3, 40, 5, "cpu")
+    assert tool.parse_case("b1x256") == (1, 256, 1, torch.bfloat16)
+    assert tool.parse_case("b1x2048q512") == (1, 2048, 512, torch.bfloat16)
+    assert tool.parse_case("b1x2048q512-fp8") == (1, 2048, 512, torch.float8_e4m3fn)
+    fp8_k = tool.launcher_args(1, 40, 5, torch.float8_e4m3fn, "cpu")[1]
+    assert fp8_k.dtype == torch.float8_e4m3fn
+    q, k, _, out, _, cu_seqlens_q, _, seqused_k, block_table, *rest = tool.launcher_args(3, 40, 5, torch.bfloat16,
+                                                                                         "cpu")  # fmt: skip
     assert q.shape == out.shape == (15, tool.HEADS, tool.HEAD_DIM)
     assert cu_seqlens_q.tolist() == [0, 5, 10, 15] and seqused_k.tolist() == [40, 40, 40]
     assert block_table.shape == (3, 3) and k.shape[0] == 9, "pages cover each sequence's 40 keys"
@@ -252,6 +256,10 @@ def test_launch_hostcost_tool_plans_on_any_machine(capsys):
     assert tool.main(["--plan-only", "--arch", "ampere", "--cases", "b1x256,b2x64q32", "--calls", "2"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 3 and all("served from the cache" in line for line in lines[1:]), lines
+    # Hopper's fp8-cache prefill: widened copies in scratch buffers, served from the cache too
+    assert tool.main(["--plan-only", "--arch", "hopper", "--cases", "b2x64q32-fp8", "--calls", "2"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 2 and "served from the cache" in lines[1], lines
 
 
 def test_environment_reads_follow_every_change(monkeypatch):

@@ -146,6 +146,64 @@ def test_kernel_through_the_cache_matches_the_reference(kv_layout):
     assert any(entry != plan_cache._UNCACHEABLE and entry[0] == served for entry in plan_cache._PLANS.values())
 
 
+def _scratch_of(launches: list) -> list[torch.Tensor]:
+    roots = []
+    for launch in launches:
+        for value in launch.args:
+            t = getattr(value, "base", value)
+            if isinstance(t, torch.Tensor):
+                root = plan_cache._root(t)
+                if plan_cache._scratch_spec(root) is not None and all(root is not r for r in roots):
+                    roots.append(root)
+    return roots
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        dict(kv_dtype=torch.float8_e4m3fn, paged=True, decode=False),  # fp8 cache: widened copy + cu_seqlens/seqused
+        dict(kv_dtype=torch.float8_e4m3fn, paged=False, decode=False),  # contiguous fp8 K/V: widened copy
+        dict(kv_dtype=torch.bfloat16, paged=True, decode=True, features=True),  # split-KV partials (-inf lse)
+    ],
+)
+def test_plans_with_scratch_buffers_are_served_with_buffers_of_their_own(case):
+    """A plan whose launches fill buffers the planner allocates (plan_cache.scratch) is cacheable: a served call gets
+    new buffers of the same kind (shape, dtype, fill), shared between its launches as planned, and the template
+    keeps none of them (a widened copy is up to 1 GiB)."""
+    import gc
+    import weakref
+
+    args = _positional(_meta_inputs("hopper", torch.bfloat16, head_dim=128, **{"features": False, **case}))
+    planned = [plan_cache.plan(plan_attention, _fresh(args)) for _ in range(2)]
+    assert plan_cache._PLANS[plan_cache.call_key(args)][0] == "ready", case
+    first_scratch = _scratch_of(planned[0])
+    assert first_scratch, "the planner allocates scratch buffers for this call"
+    watched = [weakref.ref(t) for t in first_scratch]
+    third = _fresh(args)
+    served = plan_cache.plan(plan_attention, third)
+    assert plan_cache._same_launches(served, plan_attention(*third)), "equal to planning, buffer for buffer"
+    served_scratch = _scratch_of(served)
+    assert [plan_cache._scratch_spec(t) for t in served_scratch] == [plan_cache._scratch_spec(t) for t in first_scratch]
+    assert all(t is not u for t in served_scratch for r in planned for u in _scratch_of(r)), "new buffers"
+    del planned, first_scratch, served, served_scratch
+    gc.collect()
+    assert all(ref() is None for ref in watched), "the template holds no scratch buffer"
+
+
+def test_split_kv_through_the_cache_matches_the_reference():
+    """Real launches (the interpreter on CPU): a split-KV decode (partials in scratch buffers, lse filled with
+    -inf) four times with new data, the last two served from the cache, each against the reference."""
+    atol, rtol = TOLERANCES[torch.bfloat16]
+    plan_cache.clear()
+    for seed in range(4):
+        torch.manual_seed(seed)
+        inputs = make_inputs([1, 1, 1], [70, 0, 33], num_heads=(4, 2), head_size=64, kv_layout="paged",
+                             use_seqused_k=True)  # fmt: skip
+        check_against_reference(inputs, atol, rtol, causal=True, num_splits=3)
+    entries = [entry for entry in plan_cache._PLANS.values() if entry != plan_cache._UNCACHEABLE]
+    assert any(entry[0] in ("ready", "bound") and entry[1][1] for entry in entries), "served, with scratch specs"
+
+
 class _FakeCompiled:
     """What launch.py calls once a launch is prepared: records its runs."""
 
@@ -229,6 +287,7 @@ def test_bound_launches_run_the_compiled_kernels_with_this_calls_tensors(fake_la
         through_launch.clear()
         attention_forward(*third)
         assert not through_launch, "a bound key goes around launch.launch"
+        pairs: dict = {}  # scratch buffers (split-KV partials, widened copies): the call's own, one for one
         for planned in expected:
             kernel, parameters, slots = next(
                 entry for key, entry in launch_module._COMPILED.items()
@@ -242,7 +301,7 @@ def test_bound_launches_run_the_compiled_kernels_with_this_calls_tensors(fake_la
             for slot, value in zip(slots, planned.args):
                 want[slot] = value
             assert len(run) - 9 == len(want) and all(
-                plan_cache._same_value(got, value) for got, value in zip(run[9:], want)
+                plan_cache._same_value(got, value, pairs) for got, value in zip(run[9:], want)
             ), (variant, decode, planned.fn.__name__)  # fmt: skip
         monkeypatch_device = launch_module._current_device_and_stream
         try:

@@ -1350,9 +1350,10 @@ def _plan_launch(
 def _split_buffers(num_splits: int, q: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Partial outputs [num_splits, total_q, Hq, Dv] and lse [num_splits, Hq, total_q] (fp32) of a split-KV launch."""
     total_q, num_q_heads, head_dim_v = q.shape[0], q.shape[1], v.shape[-1]
-    split_out = torch.empty((num_splits, total_q, num_q_heads, head_dim_v), dtype=torch.float32, device=q.device)
+    # scratch: a call served from the plan cache gets buffers of its own (see plan_cache.scratch)
+    split_out = plan_cache.scratch((num_splits, total_q, num_q_heads, head_dim_v), torch.float32, q.device)
     # -inf: a row no split writes (inconsistent cu_seqlens_q) combines to 0 instead of uninitialized memory
-    split_lse = torch.full((num_splits, num_q_heads, total_q), float("-inf"), dtype=torch.float32, device=q.device)
+    split_lse = plan_cache.scratch((num_splits, num_q_heads, total_q), torch.float32, q.device, fill=float("-inf"))
     return split_out, split_lse
 
 

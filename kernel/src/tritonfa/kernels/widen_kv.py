@@ -17,6 +17,8 @@ import torch
 import triton
 import triton.language as tl
 
+from tritonfa.kernels.plan_cache import scratch
+
 # keys per program: 64 keys x 128 dims of K and V are 16 KB read, 32 KB written
 BLOCK_KEYS = 64
 
@@ -117,11 +119,12 @@ def plan_widen_kv(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, m
     num_seqs = cu_seqlens_q.shape[0] - 1
     num_kv_heads, head_dim = k.shape[-2], k.shape[-1]
     rows = rows_needed(k, num_seqs, max_seqlen_k, paged)
-    k16 = torch.empty((rows, num_kv_heads, head_dim), dtype=q.dtype, device=q.device)
-    v16 = torch.empty((rows, num_kv_heads, head_dim), dtype=q.dtype, device=q.device)
+    # scratch: a call served from the plan cache gets copies of its own (see plan_cache.scratch)
+    k16 = scratch((rows, num_kv_heads, head_dim), q.dtype, q.device)
+    v16 = scratch((rows, num_kv_heads, head_dim), q.dtype, q.device)
     if paged:
-        cu_out = torch.empty((num_seqs + 1,), dtype=torch.int32, device=q.device)
-        seqused_out = torch.empty((num_seqs,), dtype=torch.int32, device=q.device)
+        cu_out = scratch((num_seqs + 1,), torch.int32, q.device)
+        seqused_out = scratch((num_seqs,), torch.int32, q.device)
         strides = (k.stride(0), k.stride(1), k.stride(2), v.stride(0), v.stride(1), v.stride(2))
         page_size, num_cache_blocks, max_blocks = k.shape[1], k.shape[0], block_table.shape[1]
     else:

@@ -1,0 +1,43 @@
+"""kernel/scripts/call_timeline.py: how it splits a traced do_bench loop into calls (synthetic traces; the GPU run
+itself is the tool's job on the device)."""
+
+import importlib.util
+from pathlib import Path
+
+TOOL_PATH = Path(__file__).resolve().parents[2] / "kernel" / "scripts" / "call_timeline.py"
+
+
+def load_tool():
+    spec = importlib.util.spec_from_file_location("call_timeline", TOOL_PATH)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+FLUSH = "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<int>>"
+
+
+def test_calls_are_split_at_the_flushes_and_gaps_are_measured():
+    """Two calls: the first GPU-bound (its kernels back to back right after the flush), the second late by 150 us
+    and with a 40 us hole between its kernels, and a host stall in its window; a short fill (split-KV lse) stays
+    with its call."""
+    tool = load_tool()
+    kernels = [
+        (0, 85, FLUSH), (85, 120, "widen_kv_kernel"), (120, 600, "attention_fwd_hopper_kernel"),
+        (700, 785, FLUSH), (935, 970, "widen_kv_kernel"), (970, 975, "FillFunctor<float> lse"),
+        (1015, 1495, "attention_fwd_hopper_kernel"),
+    ]  # fmt: skip
+    windows = [(0, 100), (650, 900)]
+    stalls = [(50, "cudaMalloc"), (700, "cudaFree")]
+    report = tool.per_call([(0.52, 0.1), (0.71, 0.25)], windows, kernels, stalls)
+    first, second = report["calls"]
+    assert first["kernel_ms"] == 0.515 and first["idle_ms"] == 0 and first["late_ms"] == 0
+    assert first["stalls"] == ["cudaMalloc"]
+    assert second["kernels"][1].startswith("FillFunctor<float>"), "a short fill is the call's own"
+    assert abs(second["kernel_ms"] - 0.52) < 1e-9 and abs(second["idle_ms"] - 0.04) < 1e-9
+    assert second["late_ms"] == 0.15 and second["stalls"] == ["cudaFree"]
+    assert report["median"]["event_ms"] == (0.52 + 0.71) / 2
+
+
+def test_no_flush_no_rows():
+    assert load_tool().per_call([(0.5, 0.1)], [(0, 10)], [(0, 5, "k")], [])["calls"] == []
