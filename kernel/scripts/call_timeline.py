@@ -25,11 +25,27 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from tritonfa.bench.cases import make_case  # noqa: E402
 from tritonfa.bench.peers import prepare  # noqa: E402
-from tritonfa.bench.workloads import WORKLOADS, select  # noqa: E402
+from tritonfa.bench.workloads import WORKLOADS  # noqa: E402
 
 # runtime calls that block the host or serialize the stream
 STALLS = ("cudaMalloc", "cudaFree", "cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize",
           "cudaMemcpy", "cudaHostAlloc")  # fmt: skip
+
+
+def matching(patterns: str) -> list:
+    """The bench's workloads whose name holds one of the comma-separated substrings (^ / $ anchor one at the name's
+    start / end, as variants.py --only); none for an empty string."""
+
+    def hit(pattern: str, name: str) -> bool:
+        core = pattern.removeprefix("^").removesuffix("$")
+        if pattern.startswith("^") and not name.startswith(core):
+            return False
+        if pattern.endswith("$") and not name.endswith(core):
+            return False
+        return core in name
+
+    wanted = [p for p in patterns.split(",") if p]
+    return [w for w in WORKLOADS if any(hit(p, w.name) for p in wanted)]
 
 
 def _timed_calls(run, calls: int, flush: torch.Tensor) -> list[tuple[float, float]]:
@@ -103,7 +119,7 @@ def per_call(timed: list, windows: list, kernels: list, stalls: list) -> dict:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--only", required=True, help="workload name substrings, comma-separated")
+    parser.add_argument("--only", required=True, help="workload name substrings, comma-separated (^ / $ anchors)")
     parser.add_argument("--impls", default="tritonfa")
     parser.add_argument("--before", default="", help="workloads whose tritonfa calls run first (comma-separated)")
     parser.add_argument("--calls", type=int, default=10)
@@ -112,13 +128,13 @@ def main(argv=None) -> int:
     if not torch.cuda.is_available():
         raise SystemExit("call_timeline.py profiles GPU calls")
     device = torch.device("cuda")
-    for workload in select(WORKLOADS, [s for s in args.before.split(",") if s]):
+    for workload in matching(args.before):
         run = prepare("tritonfa", make_case(workload, device)).run
         for _ in range(20):
             run()
     torch.cuda.synchronize()
     report = {}
-    for workload in select(WORKLOADS, args.only.split(",")):
+    for workload in matching(args.only):
         case = make_case(workload, device)
         for impl in [i for i in args.impls.split(",") if i] or ["tritonfa"]:
             result = timeline(prepare(impl, case).run, args.calls)

@@ -41,3 +41,12 @@ def test_calls_are_split_at_the_flushes_and_gaps_are_measured():
 
 def test_no_flush_no_rows():
     assert load_tool().per_call([(0.5, 0.1)], [(0, 10)], [(0, 5, "k")], [])["calls"] == []
+
+
+def test_workloads_by_anchored_substrings():
+    tool = load_tool()
+    names = [w.name for w in tool.matching("^fp8kv-prefill-b8x2048-causal$")]
+    assert names == ["fp8kv-prefill-b8x2048-causal"]
+    paged = [w.name for w in tool.matching("fp8kv-prefill-b8x2048-causal")]
+    assert set(paged) == {"fp8kv-prefill-b8x2048-causal", "fp8kv-prefill-b8x2048-causal-paged"}
+    assert tool.matching("") == [], "no --before: nothing runs first"
