@@ -110,7 +110,8 @@ def per_call(timed: list, windows: list, kernels: list, stalls: list) -> dict:
         span = (max(e for _, e, _ in mine) - mine[0][0]) / 1e3 if mine else 0.0
         rows.append(dict(
             event_ms=event_ms, host_ms=host_ms, kernel_ms=busy, idle_ms=max(span - busy, 0.0),
-            late_ms=(mine[0][0] - after) / 1e3 if mine else 0.0, kernels=[n[:60] for _, _, n in mine],
+            late_ms=(mine[0][0] - after) / 1e3 if mine else 0.0,
+            kernels=[f"{n[:60]} {(e - s) / 1e3:.4f} ms" for s, e, n in mine],
             stalls=sorted({n for t, n in stalls if w_start <= t < w_end}),
         ))  # fmt: skip
     keys = ("event_ms", "host_ms", "kernel_ms", "idle_ms", "late_ms")

@@ -33,7 +33,7 @@ def test_calls_are_split_at_the_flushes_and_gaps_are_measured():
     first, second = report["calls"]
     assert first["kernel_ms"] == 0.515 and first["idle_ms"] == 0 and first["late_ms"] == 0
     assert first["stalls"] == ["cudaMalloc"]
-    assert second["kernels"][1].startswith("FillFunctor<float>"), "a short fill is the call's own"
+    assert second["kernels"][1] == "FillFunctor<float> lse 0.0050 ms", "a short fill is the call's own"
     assert abs(second["kernel_ms"] - 0.52) < 1e-9 and abs(second["idle_ms"] - 0.04) < 1e-9
     assert second["late_ms"] == 0.15 and second["stalls"] == ["cudaFree"]
     assert report["median"]["event_ms"] == (0.52 + 0.71) / 2
