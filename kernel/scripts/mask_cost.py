@@ -124,9 +124,9 @@ REPLACEMENTS: tuple[tuple[str, str, str, str], ...] = (
     (
         ATTENTION,
         "split-KV lse buffer filled with -inf (rows no split writes), host side",
-        "split_lse = torch.full((num_splits, num_q_heads, total_q), "
-        'float("-inf"), dtype=torch.float32, device=q.device)',
-        "split_lse = torch.empty((num_splits, num_q_heads, total_q), dtype=torch.float32, device=q.device)",
+        "split_lse = plan_cache.scratch((num_splits, num_q_heads, total_q), torch.float32, q.device, "
+        'fill=float("-inf"))',
+        "split_lse = plan_cache.scratch((num_splits, num_q_heads, total_q), torch.float32, q.device)",
     ),
 )
 
