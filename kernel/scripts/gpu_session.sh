@@ -135,7 +135,7 @@ await_peers() {  # with PEER_PYTHONPATH: wait up to PEER_WAIT_S seconds (default
         tee "$out/launch_hostcost.log" ;;
       timeline:*)  # timeline:ONLY:BEFORE:IMPLS ('+' for ','), kernel/scripts/call_timeline.py, peers from PEER_PYTHONPATH
         IFS=':' read -r _ only before impls <<< "$step"
-        await_peers
+        if [ -n "${impls//tritonfa/}" ]; then await_peers; fi  # a peer (fa3) comes with vLLM
         PYTHONPATH="${PEER_PYTHONPATH:+$PEER_PYTHONPATH:}$PYTHONPATH" timeout -s KILL 300 python3 \
           kernel/scripts/call_timeline.py --only "${only//+/,}" --before "${before//+/,}" \
           --impls "${impls:+${impls//+/,}}" --out "$out/timeline_$n.json" 2>&1 | tee "$out/timeline_$n.log" | tail -n 12 ;;
