@@ -20,17 +20,21 @@ def _positional(inputs: dict) -> tuple:
 
 
 def _fresh(args: tuple) -> tuple:
-    """The same call with new tensors of the same metadata (K/V views of one storage stay views of one)."""
+    """The same call with new tensors of the same metadata (K/V views of one storage stay views of one; a tensor
+    passed twice, such as one descale for K and V, is one new tensor passed twice)."""
     roots: dict[int, torch.Tensor] = {}
+    same: dict[int, torch.Tensor] = {}
     fresh = []
     for a in args:
         if not isinstance(a, torch.Tensor):
             fresh.append(a)
             continue
-        root = a._base if a._base is not None else a
-        new_root = roots.setdefault(id(root), torch.empty_strided(root.shape, root.stride(), dtype=root.dtype,
-                                                                   device=root.device))  # fmt: skip
-        fresh.append(new_root.as_strided(a.shape, a.stride(), a.storage_offset()))
+        if id(a) not in same:
+            root = a._base if a._base is not None else a
+            new_root = roots.setdefault(id(root), torch.empty_strided(root.shape, root.stride(), dtype=root.dtype,
+                                                                       device=root.device))  # fmt: skip
+            same[id(a)] = new_root.as_strided(a.shape, a.stride(), a.storage_offset())
+        fresh.append(same[id(a)])
     return tuple(fresh)
 
 
@@ -166,10 +170,17 @@ def _scratch_of(launches: list) -> list[torch.Tensor]:
         dict(kv_dtype=torch.bfloat16, paged=True, decode=True, features=True),  # split-KV partials (-inf lse)
     ],
 )
-def test_plans_with_scratch_buffers_are_served_with_buffers_of_their_own(case):
+@pytest.mark.parametrize("inference", [False, True], ids=["grad-mode", "inference-mode"])
+def test_plans_with_scratch_buffers_are_served_with_buffers_of_their_own(case, inference):
     """A plan whose launches fill buffers the planner allocates (plan_cache.scratch) is cacheable: a served call gets
     new buffers of the same kind (shape, dtype, fill), shared between its launches as planned, and the template
-    keeps none of them (a widened copy is up to 1 GiB)."""
+    keeps none of them (a widened copy is up to 1 GiB). Also under torch.inference_mode, where vLLM calls (views
+    there have no _base)."""
+    with torch.inference_mode(inference):
+        _served_with_buffers_of_their_own(case)
+
+
+def _served_with_buffers_of_their_own(case):
     import gc
     import weakref
 
