@@ -80,12 +80,6 @@ PREFILL_VARIANTS = {
     # session 27's Hopper flips undone one at a time (session 28: is the fp8 KV contiguous prefill's slow mode theirs?)
     "no-mixed-pdl": {"mixed_pdl": False},
     "no-fp8-p-one-rounding": {"ws_fp8_p_one_rounding": False},
-    # the persistent grid's rounds of work items dealt back and forth (a snake) instead of always from program 0
-    "ws-snake-order": {"ws_snake_order": True},
-    # O rescaled a step late in one FFMA with the P@V (fp8 P with key-major V, two-level)
-    "ws-fp8-late-rescale": {"ws_fp8_late_rescale": True},
-    # causal fp8 with key-major V (fp8 P@V) in 128-key blocks and the late rescale, instead of V widened (16-bit P@V)
-    "ws-fp8-causal-key-major": {"ws_fp8_v16_contiguous": False, "ws_block_n": 128, "ws_fp8_late_rescale": True},
     # both: P rounded once into the P@V, which accumulates into O in the wgmma (64 FADD fewer per block)
     "ws-fp8-one-level-one-rounding": {"ws_fp8_p_one_rounding": True, "ws_fp8_two_level": False},
     "ws-fp8-v16-contiguous-flat": {"ws_fp8_v16_contiguous": True, "ws_persistent": False},

@@ -202,48 +202,6 @@ def test_lean_softmax_follows_the_config(monkeypatch):
     assert not _constexprs(inputs)["LEAN_SOFTMAX"] and not _constexprs(fp8)["LEAN_SOFTMAX"]
 
 
-@pytest.mark.skipif(not attention_hopper.HAS_GLUON, reason="this triton has no Gluon")
-def test_snake_order_follows_the_config(monkeypatch):
-    """Opt-in `ws_snake_order`: only on the persistent grid (a flat grid has one tile per program)."""
-    inputs = make_inputs([300, 700], [300, 700], num_heads=(8, 2), head_size=128)
-    assert _constexprs(inputs)["PERSISTENT"] and not _constexprs(inputs)["SNAKE_ORDER"], "off by default"
-    monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"ws_snake_order": True}}))
-    assert _constexprs(inputs)["PERSISTENT"] and _constexprs(inputs)["SNAKE_ORDER"]
-    monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"ws_snake_order": True, "ws_persistent": False}}))
-    assert not _constexprs(inputs)["PERSISTENT"] and not _constexprs(inputs)["SNAKE_ORDER"]
-
-
-@pytest.mark.skipif(not (ON_HOPPER and attention_hopper.HAS_GLUON), reason="Gluon kernels run on a Hopper GPU only")
-@pytest.mark.parametrize("head_size", [64, 128])
-@pytest.mark.parametrize("causal", [True, False])
-@pytest.mark.parametrize("kv_dtype", [torch.bfloat16, torch.float8_e4m3fn])
-def test_snake_order_computes_every_tile_once(monkeypatch, head_size, causal, kv_dtype):
-    """`ws_snake_order` changes which program takes which tile, not a tile's arithmetic: the output and lse equal
-    the default order's bit for bit and have no NaN left from the poisoned output (a tile no program took; odd
-    lengths, an empty sequence, rows that see no key, a last round of items part full; an fp8 cache through its
-    widened copy)."""
-    seqlens_q = [1, 0, 129, 300, scaled(17, 1000), 77, *[random.choice([1, 64, 200]) for _ in range(40)], 4097]
-    seqlens_k = [1, 5, 129, 200, scaled(17, 1000), 450, *[random.choice([1, 100, 300]) for _ in range(40)], 4097]
-    inputs = make_inputs(seqlens_q, seqlens_k, num_heads=(32, 8), head_size=head_size, kv_dtype=kv_dtype)
-    kwargs: dict = {}
-    if kv_dtype != torch.bfloat16:
-        descale = fp8_descale("per_head", inputs.batch, inputs.num_kv_heads)
-        kwargs = {"k_descale": descale, "v_descale": descale}
-    results = []
-    for snake in (False, True):
-        monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"ws_snake_order": snake}}))
-        constexprs = [launch.constexprs for launch in _launches(inputs, window_right=0 if causal else -1, **kwargs)
-                      if launch.fn.__name__ == WS]  # fmt: skip
-        assert len(constexprs) == 1 and constexprs[0]["PERSISTENT"] and constexprs[0]["SNAKE_ORDER"] == snake
-        results.append(run_kernel(inputs, causal=causal, return_softmax_lse=True, **kwargs))
-    if kv_dtype == torch.bfloat16:
-        atol, rtol = TOLERANCES[torch.bfloat16]
-        check_against_reference(inputs, atol, rtol, causal=causal)  # in the snake order (the last config set)
-    (out_default, lse_default), (out_snake, lse_snake) = results
-    assert out_snake[: inputs.cu_seqlens_q[-1]].isfinite().all(), "a tile no program took (outputs start as NaN)"
-    assert torch.equal(out_snake, out_default) and torch.equal(lse_snake, lse_default)
-
-
 @pytest.mark.skipif(not (ON_HOPPER and attention_hopper.HAS_GLUON), reason="Gluon kernels run on a Hopper GPU only")
 @pytest.mark.parametrize(
     "case",
@@ -841,47 +799,6 @@ def test_warp_specialized_fp8_p_one_rounding_matches_reference(monkeypatch, head
     assert once[:rows].isfinite().all()
     scale = twice[:rows].float().abs().max()
     assert (once[:rows].float() - twice[:rows].float()).abs().max() <= 0.0625 * scale, "one rounding, not another P"
-
-
-@pytest.mark.skipif(not attention_hopper.HAS_GLUON, reason="this triton has no Gluon")
-def test_fp8_late_rescale_is_planned_with_two_level_fp8_p(monkeypatch):
-    """Opt-in `ws_fp8_late_rescale` (LEAN_SOFTMAX 3): where P meets key-major fp8 V, rounded once, added to O in fp32
-    per block, not scaled per tile; else the step it would change is not there."""
-    fp8 = torch.float8_e4m3fn
-    inputs = make_inputs([300], [300], num_heads=(8, 2), head_size=128, dtype=fp8, kv_dtype=fp8)
-    assert _constexprs(inputs, window_right=-1)["LEAN_SOFTMAX"] == 2, "off by default"
-    monkeypatch.setenv("TRITONFA_CONFIG", _ws_fp8_config(ws_fp8_late_rescale=True))
-    assert _constexprs(inputs, window_right=-1)["LEAN_SOFTMAX"] == 3
-    assert _constexprs(inputs)["LEAN_SOFTMAX"] == 1, "causal calls widen V (16-bit P) by default"
-    for other in ({"ws_fp8_two_level": False}, {"ws_fp8_p_per_tile": True}):
-        monkeypatch.setenv("TRITONFA_CONFIG", _ws_fp8_config(ws_fp8_late_rescale=True, **other))
-        assert _constexprs(inputs, window_right=-1)["LEAN_SOFTMAX"] == 2, other
-
-
-@pytest.mark.skipif(not (ON_HOPPER and attention_hopper.HAS_GLUON), reason="Gluon kernels run on a Hopper GPU only")
-@pytest.mark.parametrize("head_size", [64, 128])
-@pytest.mark.parametrize("causal", [True, False])
-@pytest.mark.parametrize("persistent", [True, False])
-def test_warp_specialized_fp8_late_rescale_matches_reference(monkeypatch, head_size, causal, persistent):
-    """O brought to each block's max a step late, in one FFMA with that block's P@V: against the reference (NaN
-    keys past the sequences, an empty sequence, rows that see no key in their first block, per-head descales), and
-    within fp32 rounding of the default's (O + PV) * alpha - a bf16 step or two of the largest |O|, where a factor
-    of the wrong block would be off by that block's growth of the row max."""
-    fields = dict(ws_fp8_v16_contiguous=False, ws_persistent=persistent, ws_block_n=64 if persistent else 0)
-    monkeypatch.setenv("TRITONFA_CONFIG", _ws_fp8_config(ws_fp8_late_rescale=True, **fields))
-    inputs = _fp8_batch(head_size, torch.float8_e4m3fn, use_seqused_k=True)
-    constexprs = _constexprs(inputs, window_right=-1 if not causal else 0)
-    assert _plan(inputs)[0] == WS and constexprs["LEAN_SOFTMAX"] == 3 and constexprs["PERSISTENT"] == persistent
-    descales = {name: fp8_descale("per_head", inputs.batch, inputs.num_kv_heads)
-                for name in ("q_descale", "k_descale", "v_descale")}  # fmt: skip
-    late = check_low_precision(inputs, causal=causal, **descales)
-    monkeypatch.setenv("TRITONFA_CONFIG", _ws_fp8_config(**fields))
-    assert _constexprs(inputs, window_right=-1 if not causal else 0)["LEAN_SOFTMAX"] == 2
-    default = check_low_precision(inputs, causal=causal, **descales)
-    rows = inputs.cu_seqlens_q[-1]
-    assert late[:rows].isfinite().all()
-    scale = default[:rows].float().abs().max()
-    assert (late[:rows].float() - default[:rows].float()).abs().max() <= scale / 64, "the same O up to rounding"
 
 
 @pytest.mark.skipif(not (ON_HOPPER and attention_hopper.HAS_GLUON), reason="Gluon kernels run on a Hopper GPU only")

@@ -121,14 +121,6 @@ class AttentionConfig:
     # prefill launch, so its programs take the SMs the prefill's last programs leave instead of waiting for all of
     # them. Hopper: on (H100, session 27: mixed 4x512+60 4.0-4.5% faster every round, the same bits)
     mixed_pdl: bool = False
-    # with ws_fp8_p_one_rounding and ws_fp8_two_level (not ws_fp8_p_per_tile): O brought to each key block's row max
-    # one step late, in one FFMA with the P@V that block adds, instead of (O + PV) * alpha (an FADD and an FMUL per
-    # value: 64 instructions per warp per block of ~540 in the issue-bound fp8 softmax). Opt-in until measured
-    ws_fp8_late_rescale: bool = False
-    # Gluon prefill on the persistent grid: every other round of work items dealt from the last program to the
-    # first (a snake), so the programs that drew a round's longest tiles draw the next round's shortest; the static
-    # shares' model puts b1x8192 causal 6% and varlen 5% closer to an even split. Opt-in until measured
-    ws_snake_order: bool = False
     ws_stages: int = 0  # K/V ring slots of the Gluon prefill; 0 = attention_hopper.tiles_for's
     ws_paged_tma: bool = False  # Gluon prefill: paged K/V through TMA boxes of a page's keys (else cp.async gathers)
     # Gluon prefill: a persistent grid (one program per SM slot walks the tiles; the next tile's loads overlap this

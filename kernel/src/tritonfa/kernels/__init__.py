@@ -469,13 +469,6 @@ def _hopper_prefill_specs() -> list[dict[str, Any]]:
     name = f"{fn.__name__}[hopper d128 CAUSAL=True PAGED=False PERSISTENT LAUNCH_DEPENDENTS]"
     specs.append(dict(name=name, fn=fn, bound_args=args, constexprs={**constexprs, "LAUNCH_DEPENDENTS": True},
                       options=options, gluon=True))  # fmt: skip
-    # the persistent grid's items dealt as a snake (config `ws_snake_order`): D 64 (two programs per SM) and 128
-    for head_dim, causal in ((128, True), (64, True), (128, False)):
-        fn, args, constexprs, options = _plan_prefill_option(head_dim, causal, 132, False, bf16, bf16,
-                                                             snake_order=True, **schedule)  # fmt: skip
-        assert constexprs["SNAKE_ORDER"]
-        name = f"{fn.__name__}[hopper d{head_dim} CAUSAL={causal} PAGED=False PERSISTENT SNAKE_ORDER]"
-        specs.append(dict(name=name, fn=fn, bound_args=args, constexprs=constexprs, options=options, gluon=True))
     # fp8 P rounded once (config `ws_fp8_p_one_rounding`, Hopper's default) where P meets key-major fp8 V: non-causal
     # D 64 and 128, causal with a key-major V (64-key blocks), P per tile, P@V chained in the MMA (one level); and
     # turned off (P through fp16)
@@ -492,17 +485,5 @@ def _hopper_prefill_specs() -> list[dict[str, Any]]:
                   (True, "FP8_P_ONE_ROUNDING" if once else "FP8_P_THROUGH_FP16")]  # fmt: skip
         suffix = "".join(f" {label}" for wanted, label in labels if wanted)
         name = f"{fn.__name__}[hopper d{head_dim} CAUSAL={causal} FP8{suffix}]"
-        specs.append(dict(name=name, fn=fn, bound_args=args, constexprs=constexprs, options=options, gluon=True))
-    # O rescaled a step late in one FFMA (config `ws_fp8_late_rescale`): non-causal D 64 and 128 on both grids (D 128
-    # persistent with 64-key blocks, where its consumers fit), causal with a key-major V in 64- and 128-key blocks
-    late = [(128, False, 0, 0), (64, False, 0, 0), (64, False, 132, 0), (128, False, 132, 64), (128, True, 0, 0),
-            (128, True, 0, 128)]  # fmt: skip
-    for head_dim, causal, programs, block_n in late:
-        fn, args, constexprs, options = _plan_prefill_option(head_dim, causal, programs, False, fp8, fp8,
-                                                             block_n=block_n, fp8_late_rescale=True,
-                                                             **schedule)  # fmt: skip
-        assert constexprs["LEAN_SOFTMAX"] == 3
-        suffix = (" PERSISTENT" if programs else "") + (f" BLOCK_N={block_n}" if block_n else "")
-        name = f"{fn.__name__}[hopper d{head_dim} CAUSAL={causal} FP8{suffix} FP8_LATE_RESCALE]"
         specs.append(dict(name=name, fn=fn, bound_args=args, constexprs=constexprs, options=options, gluon=True))
     return specs

@@ -693,7 +693,7 @@ if HAS_GLUON:
     def _to_p(b_p, dtype: gl.constexpr, p_layout: gl.constexpr, LEAN_SOFTMAX: gl.constexpr = 0):
         # P (fp32, s layout) as the next P@V's A operand: 16-bit P in its dot-operand layout. fp8 P is carried to the
         # next step as fp16 pairs in the order _fp8_operand wants (a loop-carried fp8 tensor lives as one byte per
-        # register and is repacked at every wgmma: ~180 instructions per block on sm_90). LEAN_SOFTMAX 2 and 3 (config
+        # register and is repacked at every wgmma: ~180 instructions per block on sm_90). LEAN_SOFTMAX 2 (config
         # `ws_fp8_p_one_rounding`): fp8 P rounded once, from fp32, its four bytes carried in the first fp16 pair's
         # register (the second pair's is left unused): 2 conversions per 4 values instead of 4.
         IS_FP8: gl.constexpr = dtype.primitive_bitwidth == 8
@@ -705,7 +705,7 @@ if HAS_GLUON:
             BN: gl.constexpr = b_p.type.shape[1]
             p = gl.reshape(b_p, [BM, BN // 16, 2, 4, 2])
             p = gl.reshape(gl.permute(p, [0, 1, 3, 2, 4]), [BM, BN])
-            if LEAN_SOFTMAX >= 2:
+            if LEAN_SOFTMAX == 2:
                 # cvt ...e4m3x2.f32 d, a, b puts a in the high byte: values 0 1 -> lo, 2 3 -> hi, as _fp8_operand
                 p = gl.inline_asm_elementwise(
                     asm="{ .reg .b16 lo, hi; cvt.rn.satfinite.e4m3x2.f32 lo, $3, $2; "
@@ -749,7 +749,7 @@ if HAS_GLUON:
         # O += P @ V (async); TWO_LEVEL: P @ V alone, added to O after the wait
         FP8_P: gl.constexpr = p_layout.k_width == 4
         if FP8_P:
-            a = _fp8_operand(p_prev, p_layout, LEAN_SOFTMAX >= 2)
+            a = _fp8_operand(p_prev, p_layout, LEAN_SOFTMAX == 2)
         else:
             a = p_prev
         if TWO_LEVEL:
@@ -793,14 +793,7 @@ if HAS_GLUON:
                 mbarrier.arrive(kv_empty.index(V_FREE + sp), count=1)
                 if P_PER_TILE:  # block j - 1's P@V, at its own P factor
                     b_pv = b_pv * gl.expand_dims(gl.convert_layout(beta_prev, gl.SliceLayout(1, o_layout)), 1)
-                if LEAN_SOFTMAX == 3 and not P_PER_TILE:
-                    # O one step behind (config `ws_fp8_late_rescale`): it holds blocks up to j - 2 at block j - 2's
-                    # max; block j - 1's factor (beta_prev = its alpha) brings it to block j - 1's max, where that
-                    # block's P@V already is: one FFMA per value where (O + PV) * alpha takes an FADD and an FMUL
-                    b_o = gl.fma(b_o, gl.expand_dims(gl.convert_layout(beta_prev, gl.SliceLayout(1, o_layout)), 1),
-                                 b_pv)  # fmt: skip
-                else:
-                    b_o = (b_o + b_pv) * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
+                b_o = (b_o + b_pv) * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
             else:
                 b_o = warpgroup_mma_wait(num_outstanding=0, deps=(o_tok,))
                 mbarrier.arrive(kv_empty.index(V_FREE + sp), count=1)
@@ -999,9 +992,6 @@ if HAS_GLUON:
         if P_PER_TILE_PV:
             b_pv = warpgroup_mma_wait(num_outstanding=0, deps=(o_tok,))
             b_o = b_o + b_pv * gl.expand_dims(gl.convert_layout(beta, gl.SliceLayout(1, o_layout)), 1)
-        elif TWO_LEVEL_PV and LEAN_SOFTMAX == 3:  # O one step behind (see _kv_step): the last block's factor
-            b_pv = warpgroup_mma_wait(num_outstanding=0, deps=(o_tok,))
-            b_o = gl.fma(b_o, gl.expand_dims(gl.convert_layout(beta, gl.SliceLayout(1, o_layout)), 1), b_pv)
         elif TWO_LEVEL_PV:
             b_o = b_o + warpgroup_mma_wait(num_outstanding=0, deps=(o_tok,))
         else:
@@ -1074,28 +1064,6 @@ if HAS_GLUON:
         return n_tile_slots - 1 - work // num_q_heads, work % num_q_heads
 
     @gluon.jit
-    def _items_end(n_items, SNAKE_ORDER: gl.constexpr):
-        # where a persistent program's walk (work = program id, + programs, ...) stops: SNAKE_ORDER walks whole rounds
-        # (the last round's items sit at the other end of the grid every other round)
-        if SNAKE_ORDER:
-            return gl.cdiv(n_items, gl.num_programs(0)) * gl.num_programs(0)
-        else:
-            return n_items
-
-    @gluon.jit
-    def _snake_work(work, n_items, num_q_heads, SNAKE_ORDER: gl.constexpr):
-        # SNAKE_ORDER (config `ws_snake_order`): in every odd round of the walk program p takes item P - 1 - p of
-        # the round instead of p, so the programs that took the longest items of one round (the first ones: the
-        # order runs from the longest tiles) take the shortest of the next; an item past the end becomes
-        # -num_q_heads, whose tile slot (n_tile_slots, see _work_item) no sequence has
-        if SNAKE_ORDER:
-            programs = gl.num_programs(0)
-            walk_round = work // programs
-            work = gl.where(walk_round % 2 == 1, (walk_round + 1) * programs - 1 - gl.program_id(0), work)
-            work = gl.where(work < n_items, work, -num_q_heads)
-        return work
-
-    @gluon.jit
     def _produce_work(work, it, items, q_desc, k_desc, v_desc, q_bufs, k_bufs, v_bufs, v_stage, q_ready, q_empty,
                       k_ready, v_ready, kv_empty, k_ptr, v_ptr, cu_seqlens_q_ptr, cu_seqlens_k_ptr, seqused_k_ptr,
                              block_table_ptr, num_seqs, total_q, total_k, num_cache_blocks, max_blocks, stride_bt_seq,
@@ -1138,15 +1106,13 @@ if HAS_GLUON:
                              v_cols_per_head, n_tile_slots, num_q_heads, GROUP: gl.constexpr, CAUSAL: gl.constexpr,
                              PAGED: gl.constexpr, PAGE_SIZE: gl.constexpr, PAGED_TMA: gl.constexpr,
                              HAS_SEQUSED: gl.constexpr, SEQ_FILTER: gl.constexpr, DECODE_MAX_Q: gl.constexpr,
-                             FP8: gl.constexpr, VALID_D: gl.constexpr, SNAKE_ORDER: gl.constexpr):  # fmt: skip
+                             FP8: gl.constexpr, VALID_D: gl.constexpr):  # fmt: skip
         # The producer's walk over this program's work items: Q into the next of Q_BUFS buffers once the consumers
         # are done with it (QUANTIZE_Q: q_desc / q_bufs are the 16-bit q and its staging tiles), K/V blocks into the
         # ring, whose slots and phases run on from tile to tile.
         it = gl.program_id(0) * 0  # K/V blocks loaded so far
         items = gl.program_id(0) * 0  # tiles loaded so far
-        n_items = n_tile_slots * num_q_heads
-        for step in range(gl.program_id(0), _items_end(n_items, SNAKE_ORDER), gl.num_programs(0)):
-            work = _snake_work(step, n_items, num_q_heads, SNAKE_ORDER)
+        for work in range(gl.program_id(0), n_tile_slots * num_q_heads, gl.num_programs(0)):
             it, items = _produce_work(work, it, items, q_desc, k_desc, v_desc, q_bufs, k_bufs, v_bufs, v_stage,
                 q_ready, q_empty, k_ready, v_ready, kv_empty, k_ptr, v_ptr, cu_seqlens_q_ptr, cu_seqlens_k_ptr,
                 seqused_k_ptr, block_table_ptr, num_seqs, total_q, total_k, num_cache_blocks, max_blocks,
@@ -1225,14 +1191,12 @@ if HAS_GLUON:
                              QUANTIZE_Q: gl.constexpr,
                              Q_MAX: gl.constexpr,
                              HAS_Q_DESCALE: gl.constexpr, HAS_K_DESCALE: gl.constexpr, HAS_V_DESCALE: gl.constexpr,
-                             num_warps: gl.constexpr, VALID_D: gl.constexpr, SNAKE_ORDER: gl.constexpr):  # fmt: skip
+                             num_warps: gl.constexpr, VALID_D: gl.constexpr):  # fmt: skip
         # A consumer warpgroup's walk over the same work items as the producer: each tile as in the non-persistent
         # kernel (_consumer), its ring blocks, wgmma turns and Q buffer counted on from the tiles before.
         it = gl.program_id(0) * 0  # K/V blocks consumed so far
         items = gl.program_id(0) * 0  # tiles computed so far (each took its blocks + 1 wgmma turns)
-        n_items = n_tile_slots * num_q_heads
-        for step in range(gl.program_id(0), _items_end(n_items, SNAKE_ORDER), gl.num_programs(0)):
-            work = _snake_work(step, n_items, num_q_heads, SNAKE_ORDER)
+        for work in range(gl.program_id(0), n_tile_slots * num_q_heads, gl.num_programs(0)):
             it, items = _consume_work(work, it, items, q_bufs, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready,
                 kv_empty, turns, q_src, out_ptr, lse_ptr, cu_seqlens_q_ptr, cu_seqlens_k_ptr, seqused_k_ptr,
                 q_descale_ptr, k_descale_ptr, v_descale_ptr, num_seqs, total_q, total_k, max_blocks, softmax_scale,
@@ -1260,7 +1224,7 @@ if HAS_GLUON:
                                      Q_MAX: gl.constexpr,
                                      HAS_Q_DESCALE: gl.constexpr, HAS_K_DESCALE: gl.constexpr,
                                      HAS_V_DESCALE: gl.constexpr, num_warps: gl.constexpr,
-                                     VALID_D: gl.constexpr, SNAKE_ORDER: gl.constexpr):  # fmt: skip
+                                     VALID_D: gl.constexpr):  # fmt: skip
         _consumer_persistent(q_bufs, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, kv_empty, turns, q_src,
                              out_ptr, lse_ptr, cu_seqlens_q_ptr, cu_seqlens_k_ptr, seqused_k_ptr, q_descale_ptr,
                              k_descale_ptr, v_descale_ptr, num_seqs, total_q, total_k, max_blocks, softmax_scale,
@@ -1269,7 +1233,7 @@ if HAS_GLUON:
                              stride_vdesc_seq, stride_vdesc_head, n_tile_slots, num_q_heads, GROUP, ROW0, ROWS, CAUSAL,
                              PINGPONG, RETURN_LSE, ZERO_TAIL, PAGED, PAGE_SIZE, HAS_SEQUSED, SEQ_FILTER,
                              DECODE_MAX_Q, FP8, P_SCALE_LOG2, TWO_LEVEL, P_PER_TILE, LEAN_SOFTMAX, QUANTIZE_Q, Q_MAX,
-                             HAS_Q_DESCALE, HAS_K_DESCALE, HAS_V_DESCALE, num_warps, VALID_D, SNAKE_ORDER)  # fmt: skip
+                             HAS_Q_DESCALE, HAS_K_DESCALE, HAS_V_DESCALE, num_warps, VALID_D)  # fmt: skip
         return ()
 
     # Lengths, counts and the widths they set (block table, lse rows) change per batch: not specialized, so a new
@@ -1357,7 +1321,6 @@ if HAS_GLUON:
         HAS_V_DESCALE: gl.constexpr,
         PERSISTENT: gl.constexpr,  # one program per SM slot walks (tile slot, q head) items; grid (programs,)
         Q_BUFS: gl.constexpr,  # PERSISTENT: Q buffers (2: the next tile's Q loads during this one)
-        SNAKE_ORDER: gl.constexpr,  # PERSISTENT: every other round of items taken from the grid's other end
         VALID_D: gl.constexpr,  # q/k/v's head size: D of the tiles (64/128/256) or less, padded (see _consumer)
         # a mixed batch's decode launch is this launch's programmatic dependent (config `mixed_pdl`): let it start
         LAUNCH_DEPENDENTS: gl.constexpr,
@@ -1447,7 +1410,7 @@ if HAS_GLUON:
                         PAGED, PAGE_SIZE, HAS_SEQUSED, SEQ_FILTER, DECODE_MAX_Q, FP8, P_SCALE_LOG2, TWO_LEVEL,
                         P_PER_TILE, LEAN_SOFTMAX,
                         QUANTIZE_Q, Q_MAX, HAS_Q_DESCALE, HAS_K_DESCALE, HAS_V_DESCALE, num_warps,
-                        VALID_D, SNAKE_ORDER)),
+                        VALID_D)),
                     (_consumer_persistent, (
                         q_bufs, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, kv_empty, turns, q_stage, out_ptr,
                         lse_ptr, cu_seqlens_q_ptr, cu_seqlens_k_ptr, seqused_k_ptr, q_descale_ptr, k_descale_ptr,
@@ -1458,7 +1421,7 @@ if HAS_GLUON:
                         PAGED, PAGE_SIZE, HAS_SEQUSED, SEQ_FILTER, DECODE_MAX_Q, FP8, P_SCALE_LOG2, TWO_LEVEL,
                         P_PER_TILE, LEAN_SOFTMAX,
                         QUANTIZE_Q, Q_MAX, HAS_Q_DESCALE, HAS_K_DESCALE, HAS_V_DESCALE, num_warps,
-                        VALID_D, SNAKE_ORDER)),
+                        VALID_D)),
                     (_producer_persistent, (
                         q16_desc, k_desc, v_desc, q_stage, k_bufs, v_bufs, v_stage, q_ready, q_empty, k_ready, v_ready,
                         kv_empty,
@@ -1467,7 +1430,7 @@ if HAS_GLUON:
                         stride_k_head, stride_v_blk, stride_v_slot, stride_v_head, k_rows_per_block,
                         k_rows_per_head, k_cols_per_head, v_rows_per_block, v_rows_per_head, v_cols_per_head,
                         n_tile_slots, num_q_heads, GROUP, CAUSAL, PAGED, PAGE_SIZE, PAGED_TMA, HAS_SEQUSED,
-                        SEQ_FILTER, DECODE_MAX_Q, FP8, VALID_D, SNAKE_ORDER)),
+                        SEQ_FILTER, DECODE_MAX_Q, FP8, VALID_D)),
                 ],
                 [num_warps, PRODUCER_WARPS],
                 [WORKER_REGS, PERSISTENT_PRODUCER_REGS if not GATHER else PRODUCER_REGS_],
@@ -1630,8 +1593,7 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
                         paged_tma: bool = False, persistent_programs: int = 0, block_n: int = 0,
                         fp8_v16: bool = False, fp8_v16_contiguous: bool = False, p_per_tile: bool = False,
                         early_k_release: bool = False, lean_softmax: bool = False,
-                        fp8_p_one_rounding: bool = False, snake_order: bool = False,
-                        fp8_late_rescale: bool = False):  # fmt: skip
+                        fp8_p_one_rounding: bool = False):  # fmt: skip
     """(kernel, grid, args, constexprs, options) of one warp-specialized prefill launch; `supports` must hold.
 
     fp8 K/V: V is read from its key-major copy (`key_major_v`, made here); quantize_q rounds a 16-bit q to K's fp8
@@ -1647,9 +1609,6 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
     QK is done, its V after its P@V (see _release_k). lean_softmax: the row max as a tree (_row_max) and a 16-bit P
     packed two values per register as the P@V wants them (_to_p); the same arithmetic, fewer dependent steps.
     fp8_p_one_rounding: an fp8 P rounded to e4m3 once from fp32 (not through fp16), with the lean step.
-    snake_order (persistent grid): every odd round of work items runs from the grid's last program to its first.
-    fp8_late_rescale (with fp8_p_one_rounding and two_level, not p_per_tile): O is brought to each block's max one
-    step late, in one FFMA with the P@V that block adds (LEAN_SOFTMAX 3).
     """
     total_q, num_q_heads, valid_d = q.shape
     head_dim = tile_head_dim(valid_d)  # the tiles' D; a smaller head size is padded (supports' pad_head_dim)
@@ -1745,11 +1704,6 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
         *(s for d in (q_descale, k_descale, v_descale) for s in descale_strides(d)),
         n_tile_slots, num_q_heads,
     )  # fmt: skip
-    # the softmax step (LEAN_SOFTMAX): 0 / 1 the lean one off / on; an fp8 P exists only where fp8 V stays key-major,
-    # and there 2 rounds it once, 3 also rescales O a step late (two-level P@V without P per tile)
-    lean_step = int(lean_softmax)
-    if fp8_p_one_rounding and fp8 and not widened_v:
-        lean_step = 3 if fp8_late_rescale and two_level and not p_per_tile else 2
     constexprs = dict(
         GROUP=num_q_heads // num_kv_heads,
         CAUSAL=causal,
@@ -1769,7 +1723,8 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
         TWO_LEVEL=two_level,
         P_PER_TILE=p_per_tile and two_level and fp8 and not widened_v,
         EARLY_K_RELEASE=early_k_release,
-        LEAN_SOFTMAX=lean_step,
+        # an fp8 P exists only where fp8 V stays key-major; elsewhere one rounding changes nothing
+        LEAN_SOFTMAX=2 if fp8_p_one_rounding and fp8 and not widened_v else int(lean_softmax),
         LAUNCH_DEPENDENTS=False,  # set by the launcher's plan of a mixed batch (attention._overlapped)
         QUANTIZE_Q=quantize_q,
         Q_MAX=fp8_max(k.dtype) if quantize_q else 0.0,
@@ -1781,7 +1736,6 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
         # QUANTIZE_Q needs one: the consumers hand the 16-bit staging tile back once they have rounded it (early in
         # the tile, so the next one loads during this one) and each warpgroup rewrites only its own fp8 rows
         Q_BUFS=2 if persistent_programs > 0 and head_dim <= 128 and not quantize_q else 1,
-        SNAKE_ORDER=snake_order and persistent_programs > 0,
         VALID_D=valid_d,
     )
     return attention_fwd_hopper_kernel, grid, args, constexprs, {"num_warps": NUM_WARPS}
