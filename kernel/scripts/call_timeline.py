@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import statistics
 import sys
 from pathlib import Path
@@ -30,6 +31,7 @@ from tritonfa.bench.workloads import WORKLOADS  # noqa: E402
 # runtime calls that block the host or serialize the stream
 STALLS = ("cudaMalloc", "cudaFree", "cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize",
           "cudaMemcpy", "cudaHostAlloc")  # fmt: skip
+CALL_RANGE = re.compile(r"call\d+")  # record_function names of the timed calls
 
 
 def matching(patterns: str) -> list:
@@ -80,13 +82,31 @@ def timeline(run, calls: int = 10) -> dict:
         timed = _timed_calls(run, calls, flush)
     events = prof.events()
     windows = sorted((e.time_range.start, e.time_range.end) for e in events if e.name.startswith("call"))
-    kernels = sorted(
+    kernels = gpu_kernels(events)
+    stalls = [(e.time_range.start, e.name) for e in events if any(e.name.startswith(s) for s in STALLS)]
+    return per_call(timed, windows, kernels, stalls)
+
+
+def gpu_kernels(events) -> list[tuple[int, int, str]]:
+    """(start, end, name) of the GPU rows, less the callN ranges the profiler mirrors onto the GPU row (those
+    would count each call twice)."""
+    return sorted(
         (e.time_range.start, e.time_range.end, e.name)
         for e in events
         if e.device_type == torch.autograd.DeviceType.CUDA and e.time_range.end > e.time_range.start
+        and not CALL_RANGE.fullmatch(e.name)
     )  # fmt: skip
-    stalls = [(e.time_range.start, e.name) for e in events if any(e.name.startswith(s) for s in STALLS)]
-    return per_call(timed, windows, kernels, stalls)
+
+
+def busy_us(spans: list[tuple[int, int, str]]) -> float:
+    """Time covered by at least one kernel: kernels that overlap (a PDL launch starts in its predecessor's tail)
+    count once."""
+    total, reach = 0.0, float("-inf")
+    for s, e, _ in sorted(spans):
+        if e > reach:
+            total += e - max(s, reach)
+            reach = e
+    return total
 
 
 def per_call(timed: list, windows: list, kernels: list, stalls: list) -> dict:
@@ -106,7 +126,7 @@ def per_call(timed: list, windows: list, kernels: list, stalls: list) -> dict:
         after = flush_ends[i]
         until = flush_ends[i + 1] if i + 1 < len(flush_ends) else float("inf")
         mine = [(s, e, n) for s, e, n in kernels if after <= s < until and not is_flush(s, e, n)]
-        busy = sum(e - s for s, e, _ in mine) / 1e3
+        busy = busy_us(mine) / 1e3
         span = (max(e for _, e, _ in mine) - mine[0][0]) / 1e3 if mine else 0.0
         rows.append(dict(
             event_ms=event_ms, host_ms=host_ms, kernel_ms=busy, idle_ms=max(span - busy, 0.0),

@@ -50,3 +50,28 @@ def test_workloads_by_anchored_substrings():
     paged = [w.name for w in tool.matching("fp8kv-prefill-b8x2048-causal")]
     assert set(paged) == {"fp8kv-prefill-b8x2048-causal", "fp8kv-prefill-b8x2048-causal-paged"}
     assert tool.matching("") == [], "no --before: nothing runs first"
+
+
+def test_overlapping_kernels_count_once_and_call_ranges_are_not_kernels():
+    """A PDL launch starts inside its predecessor's tail: the call's busy time is the union of its kernels; the
+    callN range the profiler mirrors onto the GPU row is no kernel."""
+    from types import SimpleNamespace
+
+    import torch
+
+    tool = load_tool()
+
+    def event(name, start, end, device=torch.autograd.DeviceType.CUDA):
+        return SimpleNamespace(name=name, device_type=device, time_range=SimpleNamespace(start=start, end=end))
+
+    events = [
+        event("call0", 0, 700), event("call0", 0, 20, torch.autograd.DeviceType.CPU), event(FLUSH, 0, 85),
+        event("attention_fwd_hopper_kernel", 85, 570), event("attention_fwd_kernel", 540, 600),
+        event("recall1_kernel", 650, 660), event("empty", 700, 700),
+    ]  # fmt: skip
+    kernels = tool.gpu_kernels(events)
+    assert [k[2] for k in kernels] == [FLUSH, "attention_fwd_hopper_kernel", "attention_fwd_kernel", "recall1_kernel"]
+    assert tool.busy_us(kernels[1:3]) == 515, "485 + 60 less the 30 they share"
+    assert tool.busy_us(kernels[1:]) == 525
+    report = tool.per_call([(0.6, 0.1)], [(0, 700)], kernels + [(900, 985, FLUSH)], [])
+    assert abs(report["calls"][0]["kernel_ms"] - 0.525) < 1e-9 and abs(report["calls"][0]["idle_ms"] - 0.05) < 1e-9

@@ -1,5 +1,10 @@
 """Paged KV cache: block sizes, strided cache layouts, and batches mixing prefills with cached context and decodes."""
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 from attn_testing import (
@@ -114,3 +119,30 @@ def test_int64_offsets_in_a_huge_paged_cache():
     inputs.k, inputs.v = k_cache, v_cache
     out = run_kernel(inputs)
     torch.testing.assert_close(out.double(), expected, atol=BF16_TOL[0], rtol=BF16_TOL[1])
+
+
+def _check_two_key_pages(block_size: int, head_size_v: int) -> None:
+    inputs = make_inputs([63, 351], [483, 351], num_heads=(2, 1), head_size=80, head_size_v=head_size_v,
+                         kv_layout="paged_kv_interleaved", block_size=block_size)  # fmt: skip
+    slopes = (torch.rand(2, device=DEVICE) * 0.5).to(torch.float32)
+    check_against_reference(inputs, *BF16_TOL, causal=False, alibi_slopes=slopes)
+
+
+@pytest.mark.parametrize("block_size, head_size_v", [(2, 112), (2, 96), (4, 112)])
+def test_two_key_pages_alibi_and_a_wider_v(block_size, head_size_v):
+    """H100, session 29 (random combination 239 of seed 385944552): pages of 2 keys, D 80 with a wider V, ALiBi,
+    GQA 2:1, no causal mask - the portable prefill (Hopper: 8 warps, 128 x 64 tiles) stopped the GPU with an illegal
+    address that compute-sanitizer could not attribute (other page sizes, head sizes, 4 warps or K read as rows do
+    not). On the GPU the call runs in its own process: a fault fails this test, not every later one of the worker."""
+    if DEVICE != "cuda":
+        _check_two_key_pages(block_size, head_size_v)
+        return
+    code = (
+        "import torch, test_paged\n"
+        f"torch.manual_seed({block_size * 1000 + head_size_v})\n"
+        f"test_paged._check_two_key_pages({block_size}, {head_size_v})\n"
+    )
+    env = dict(os.environ, TRITONFA_TEST_DEVICE="cuda")
+    done = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).parent, env=env, capture_output=True,
+                          text=True, timeout=600)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
