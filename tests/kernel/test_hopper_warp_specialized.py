@@ -353,6 +353,42 @@ def test_warp_specialized_persistent_matches_reference(monkeypatch, head_size, c
 
 
 @pytest.mark.skipif(not attention_hopper.HAS_GLUON, reason="this triton has no Gluon")
+def test_dynamic_scheduling_is_planned_on_the_persistent_grid_only(monkeypatch):
+    inputs = make_inputs([300, 40], [300, 40], num_heads=(8, 2), head_size=128)
+    monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"ws_dynamic": True}}))
+    constexprs = _constexprs(inputs)
+    assert constexprs["PERSISTENT"] and constexprs["DYNAMIC"]
+    monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"ws_dynamic": True, "ws_persistent": False}}))
+    assert not _constexprs(inputs)["DYNAMIC"], "one program per tile: nothing to schedule"
+    monkeypatch.delenv("TRITONFA_CONFIG")
+    assert not _constexprs(inputs)["DYNAMIC"], "opt-in"
+
+
+@pytest.mark.skipif(not (ON_HOPPER and attention_hopper.HAS_GLUON), reason="Gluon kernels run on a Hopper GPU only")
+@pytest.mark.parametrize("kv_layout", ["contiguous", "paged-gather", "paged-tma"])
+@pytest.mark.parametrize("head_size", [64, 128])
+def test_warp_specialized_dynamic_scheduling_matches_reference(monkeypatch, kv_layout, head_size):
+    """The persistent grid taking tiles from the shared counter (config `ws_dynamic`), launch after launch: every
+    launch hands out each tile once and leaves the counter ready for the next (base == tickets), whatever the batch:
+    causal varlen lengths (tiles of very different lengths), empty sequences, rows that see no key, a mixed batch's
+    decodes (on the decode launch)."""
+    config = {"ws_persistent": True, "ws_dynamic": True, "ws_paged_tma": kv_layout == "paged-tma"}
+    monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": config}))
+    paged = kv_layout != "contiguous"
+    atol, rtol = TOLERANCES[torch.bfloat16]
+    for seqlens_q in ([1, 0, 129, 1000, 77, 3000, 3], [random.choice([0, 1, 130, 600]) for _ in range(150)]):
+        seqlens_k = [n + random.choice([0, 0, 5, 60]) for n in seqlens_q]
+        inputs = make_inputs(seqlens_q, seqlens_k, num_heads=(32, 8), head_size=head_size,
+                             kv_layout="paged_kv_interleaved" if paged else "contiguous")  # fmt: skip
+        assert _plan(inputs)[0] == WS and _constexprs(inputs)["DYNAMIC"]
+        for causal in (True, False):
+            check_against_reference(inputs, atol, rtol, causal=causal)
+            counter = attention_hopper._scheduler(inputs.q.device)
+            base, tickets = counter.tolist()
+            assert base == tickets > 0, "every ticket handed out, base moved past them"
+
+
+@pytest.mark.skipif(not attention_hopper.HAS_GLUON, reason="this triton has no Gluon")
 def test_mixed_pdl_makes_the_decode_launch_a_dependent_of_the_prefill(monkeypatch):
     """`mixed_pdl` (Hopper's default since session 27): in a mixed batch the Gluon prefill lets its decode launch
     start early (launch_pdl) and that launch waits for the prefill before it completes (PDL_WAIT); the config turns

@@ -126,6 +126,11 @@ class AttentionConfig:
     # Gluon prefill: a persistent grid (one program per SM slot walks the tiles; the next tile's loads overlap this
     # one's end) instead of one program per tile
     ws_persistent: bool = False
+    # Gluon prefill, persistent grid: the programs take tiles from a device counter (one atomic per tile, in flight
+    # during the tile before) instead of fixed shares, so a program that runs ahead takes more. Opt-in: session 8
+    # measured it on the H200 (varlen -2%, b1x8192 and mixed slower) before session 29 saw the fixed shares' programs
+    # end 208 us apart on equal tiles (b4x4096 non-causal, H100)
+    ws_dynamic: bool = False
     ws_block_n: int = 0  # Gluon prefill: keys per block, 64 or 128 (0: attention_hopper.tiles_for's)
     # Gluon prefill: 16-bit head sizes other than 64/128/256 (multiples of 8, e.g. 80, 96) in tiles of the next of
     # those instead of the portable kernel (Hopper: on)

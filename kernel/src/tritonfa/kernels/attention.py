@@ -1148,6 +1148,7 @@ def _plan_hopper_prefill(
         config.ws_early_k_release,
         config.ws_lean_softmax,
         config.ws_fp8_p_one_rounding,
+        config.ws_dynamic,
     )  # fmt: skip
     return KernelLaunch(fn, grid, args, constexprs, options)
 

@@ -105,6 +105,8 @@ def _partition_regs(gather, v_key_major, producer):
 
 # a persistent TMA producer also finds each work item's sequence and bounds
 PERSISTENT_PRODUCER_REGS = gl.constexpr(56) if HAS_GLUON else 56
+# the dynamic persistent grid (`DYNAMIC`): work items in flight from the producer to the consumers
+WORK_SLOTS = gl.constexpr(2) if HAS_GLUON else 2
 
 
 def tile_head_dim(head_dim: int) -> int:
@@ -1064,6 +1066,28 @@ if HAS_GLUON:
         return n_tile_slots - 1 - work // num_q_heads, work % num_q_heads
 
     @gluon.jit
+    def _give_work(work_ids, work_ready, work_empty, given, work, num_warps: gl.constexpr):
+        # The producer hands work item `work` to both consumer warpgroups through slot given % WORK_SLOTS
+        SLOTS: gl.constexpr = work_ids.type.shape[0]
+        slot = given % SLOTS
+        mbarrier.wait(work_empty.index(slot), ((given // SLOTS) & 1) ^ 1)
+        layout: gl.constexpr = gl.BlockedLayout([1], [32], [num_warps], [0])
+        work_ids.index(slot).store(gl.full([1], work, gl.int32, layout))
+        mbarrier.arrive(work_ready.index(slot), count=1)  # releases the store to the consumers' wait
+
+    @gluon.jit
+    def _take_work(work_ids, work_ready, work_empty, taken, num_warps: gl.constexpr):
+        # A consumer warpgroup's next work item from the producer (see _give_work)
+        SLOTS: gl.constexpr = work_ids.type.shape[0]
+        slot = taken % SLOTS
+        mbarrier.wait(work_ready.index(slot), (taken // SLOTS) & 1)
+        layout: gl.constexpr = gl.BlockedLayout([1], [32], [num_warps], [0])
+        work = gl.max(work_ids.index(slot).load(layout), axis=0)
+        _thread_barrier()  # every warp has read the slot before it is handed back
+        mbarrier.arrive(work_empty.index(slot), count=1)
+        return work
+
+    @gluon.jit
     def _produce_work(work, it, items, q_desc, k_desc, v_desc, q_bufs, k_bufs, v_bufs, v_stage, q_ready, q_empty,
                       k_ready, v_ready, kv_empty, k_ptr, v_ptr, cu_seqlens_q_ptr, cu_seqlens_k_ptr, seqused_k_ptr,
                              block_table_ptr, num_seqs, total_q, total_k, num_cache_blocks, max_blocks, stride_bt_seq,
@@ -1106,20 +1130,46 @@ if HAS_GLUON:
                              v_cols_per_head, n_tile_slots, num_q_heads, GROUP: gl.constexpr, CAUSAL: gl.constexpr,
                              PAGED: gl.constexpr, PAGE_SIZE: gl.constexpr, PAGED_TMA: gl.constexpr,
                              HAS_SEQUSED: gl.constexpr, SEQ_FILTER: gl.constexpr, DECODE_MAX_Q: gl.constexpr,
-                             FP8: gl.constexpr, VALID_D: gl.constexpr):  # fmt: skip
+                             FP8: gl.constexpr, VALID_D: gl.constexpr, sched_ptr, work_ids, work_ready, work_empty,
+                             DYNAMIC: gl.constexpr):  # fmt: skip
         # The producer's walk over this program's work items: Q into the next of Q_BUFS buffers once the consumers
         # are done with it (QUANTIZE_Q: q_desc / q_bufs are the 16-bit q and its staging tiles), K/V blocks into the
         # ring, whose slots and phases run on from tile to tile.
+        # DYNAMIC: items come from a counter all programs share (sched_ptr: int64 [base, tickets]), so a program that
+        # is ahead takes the next item instead of a fixed share; each goes to the consumers through work_ids. Every
+        # program draws tickets until one is past the last item, so a launch hands out exactly total + programs
+        # tickets, and whoever draws the last one moves base there for the next launch (no reset kernel).
         it = gl.program_id(0) * 0  # K/V blocks loaded so far
         items = gl.program_id(0) * 0  # tiles loaded so far
-        for work in range(gl.program_id(0), n_tile_slots * num_q_heads, gl.num_programs(0)):
-            it, items = _produce_work(work, it, items, q_desc, k_desc, v_desc, q_bufs, k_bufs, v_bufs, v_stage,
-                q_ready, q_empty, k_ready, v_ready, kv_empty, k_ptr, v_ptr, cu_seqlens_q_ptr, cu_seqlens_k_ptr,
-                seqused_k_ptr, block_table_ptr, num_seqs, total_q, total_k, num_cache_blocks, max_blocks,
-                stride_bt_seq, stride_k_blk, stride_k_slot, stride_k_head, stride_v_blk, stride_v_slot,
-                stride_v_head, k_rows_per_block, k_rows_per_head, k_cols_per_head, v_rows_per_block,
-                v_rows_per_head, v_cols_per_head, n_tile_slots, num_q_heads, GROUP, CAUSAL, PAGED, PAGE_SIZE,
-                PAGED_TMA, HAS_SEQUSED, SEQ_FILTER, DECODE_MAX_Q, FP8, VALID_D)  # fmt: skip
+        if DYNAMIC:
+            total = n_tile_slots * num_q_heads
+            base = gl.load(sched_ptr)
+            given = gl.program_id(0) * 0
+            work = (gl.atomic_add(sched_ptr + 1, 1) - base).to(gl.int32)
+            while work < total:
+                _give_work(work_ids, work_ready, work_empty, given, work, gl.num_warps())
+                given += 1
+                next_work = (gl.atomic_add(sched_ptr + 1, 1) - base).to(gl.int32)  # in flight during this item
+                it, items = _produce_work(work, it, items, q_desc, k_desc, v_desc, q_bufs, k_bufs, v_bufs, v_stage,
+                    q_ready, q_empty, k_ready, v_ready, kv_empty, k_ptr, v_ptr, cu_seqlens_q_ptr, cu_seqlens_k_ptr,
+                    seqused_k_ptr, block_table_ptr, num_seqs, total_q, total_k, num_cache_blocks, max_blocks,
+                    stride_bt_seq, stride_k_blk, stride_k_slot, stride_k_head, stride_v_blk, stride_v_slot,
+                    stride_v_head, k_rows_per_block, k_rows_per_head, k_cols_per_head, v_rows_per_block,
+                    v_rows_per_head, v_cols_per_head, n_tile_slots, num_q_heads, GROUP, CAUSAL, PAGED, PAGE_SIZE,
+                    PAGED_TMA, HAS_SEQUSED, SEQ_FILTER, DECODE_MAX_Q, FP8, VALID_D)  # fmt: skip
+                work = next_work
+            _give_work(work_ids, work_ready, work_empty, given, total, gl.num_warps())  # past the last: they stop
+            if work == total + gl.num_programs(0) - 1:
+                gl.store(sched_ptr, base + total + gl.num_programs(0))
+        else:
+            for work in range(gl.program_id(0), n_tile_slots * num_q_heads, gl.num_programs(0)):
+                it, items = _produce_work(work, it, items, q_desc, k_desc, v_desc, q_bufs, k_bufs, v_bufs, v_stage,
+                    q_ready, q_empty, k_ready, v_ready, kv_empty, k_ptr, v_ptr, cu_seqlens_q_ptr, cu_seqlens_k_ptr,
+                    seqused_k_ptr, block_table_ptr, num_seqs, total_q, total_k, num_cache_blocks, max_blocks,
+                    stride_bt_seq, stride_k_blk, stride_k_slot, stride_k_head, stride_v_blk, stride_v_slot,
+                    stride_v_head, k_rows_per_block, k_rows_per_head, k_cols_per_head, v_rows_per_block,
+                    v_rows_per_head, v_cols_per_head, n_tile_slots, num_q_heads, GROUP, CAUSAL, PAGED, PAGE_SIZE,
+                    PAGED_TMA, HAS_SEQUSED, SEQ_FILTER, DECODE_MAX_Q, FP8, VALID_D)  # fmt: skip
 
     @gluon.jit
     def _consume_work(work, it, items, q_bufs, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, kv_empty, turns,
@@ -1191,21 +1241,40 @@ if HAS_GLUON:
                              QUANTIZE_Q: gl.constexpr,
                              Q_MAX: gl.constexpr,
                              HAS_Q_DESCALE: gl.constexpr, HAS_K_DESCALE: gl.constexpr, HAS_V_DESCALE: gl.constexpr,
-                             num_warps: gl.constexpr, VALID_D: gl.constexpr):  # fmt: skip
+                             num_warps: gl.constexpr, VALID_D: gl.constexpr, work_ids, work_ready, work_empty,
+                             DYNAMIC: gl.constexpr):  # fmt: skip
         # A consumer warpgroup's walk over the same work items as the producer: each tile as in the non-persistent
-        # kernel (_consumer), its ring blocks, wgmma turns and Q buffer counted on from the tiles before.
+        # kernel (_consumer), its ring blocks, wgmma turns and Q buffer counted on from the tiles before. DYNAMIC: the
+        # items come from the producer through work_ids (see _producer_persistent) until one is past the last.
         it = gl.program_id(0) * 0  # K/V blocks consumed so far
         items = gl.program_id(0) * 0  # tiles computed so far (each took its blocks + 1 wgmma turns)
-        for work in range(gl.program_id(0), n_tile_slots * num_q_heads, gl.num_programs(0)):
-            it, items = _consume_work(work, it, items, q_bufs, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready,
-                kv_empty, turns, q_src, out_ptr, lse_ptr, cu_seqlens_q_ptr, cu_seqlens_k_ptr, seqused_k_ptr,
-                q_descale_ptr, k_descale_ptr, v_descale_ptr, num_seqs, total_q, total_k, max_blocks, softmax_scale,
-                stride_o_tok, stride_o_head, stride_lse_head, stride_qdesc_seq,
-                stride_qdesc_head, stride_kdesc_seq, stride_kdesc_head, stride_vdesc_seq, stride_vdesc_head,
-                n_tile_slots, num_q_heads, GROUP, ROW0, ROWS, CAUSAL, PINGPONG, RETURN_LSE, ZERO_TAIL, PAGED,
-                PAGE_SIZE, HAS_SEQUSED, SEQ_FILTER, DECODE_MAX_Q, FP8, P_SCALE_LOG2, TWO_LEVEL, P_PER_TILE,
-                LEAN_SOFTMAX,
-                QUANTIZE_Q, Q_MAX, HAS_Q_DESCALE, HAS_K_DESCALE, HAS_V_DESCALE, num_warps, VALID_D)  # fmt: skip
+        if DYNAMIC:
+            total = n_tile_slots * num_q_heads
+            taken = gl.program_id(0) * 0
+            work = _take_work(work_ids, work_ready, work_empty, taken, num_warps)
+            while work < total:
+                it, items = _consume_work(work, it, items, q_bufs, k_bufs, v_bufs, q_ready, q_empty, k_ready,
+                    v_ready, kv_empty, turns, q_src, out_ptr, lse_ptr, cu_seqlens_q_ptr, cu_seqlens_k_ptr,
+                    seqused_k_ptr, q_descale_ptr, k_descale_ptr, v_descale_ptr, num_seqs, total_q, total_k,
+                    max_blocks, softmax_scale, stride_o_tok, stride_o_head, stride_lse_head, stride_qdesc_seq,
+                    stride_qdesc_head, stride_kdesc_seq, stride_kdesc_head, stride_vdesc_seq, stride_vdesc_head,
+                    n_tile_slots, num_q_heads, GROUP, ROW0, ROWS, CAUSAL, PINGPONG, RETURN_LSE, ZERO_TAIL, PAGED,
+                    PAGE_SIZE, HAS_SEQUSED, SEQ_FILTER, DECODE_MAX_Q, FP8, P_SCALE_LOG2, TWO_LEVEL, P_PER_TILE,
+                    LEAN_SOFTMAX, QUANTIZE_Q, Q_MAX, HAS_Q_DESCALE, HAS_K_DESCALE, HAS_V_DESCALE, num_warps,
+                    VALID_D)  # fmt: skip
+                taken += 1
+                work = _take_work(work_ids, work_ready, work_empty, taken, num_warps)
+        else:
+            for work in range(gl.program_id(0), n_tile_slots * num_q_heads, gl.num_programs(0)):
+                it, items = _consume_work(work, it, items, q_bufs, k_bufs, v_bufs, q_ready, q_empty, k_ready,
+                    v_ready, kv_empty, turns, q_src, out_ptr, lse_ptr, cu_seqlens_q_ptr, cu_seqlens_k_ptr,
+                    seqused_k_ptr, q_descale_ptr, k_descale_ptr, v_descale_ptr, num_seqs, total_q, total_k,
+                    max_blocks, softmax_scale, stride_o_tok, stride_o_head, stride_lse_head, stride_qdesc_seq,
+                    stride_qdesc_head, stride_kdesc_seq, stride_kdesc_head, stride_vdesc_seq, stride_vdesc_head,
+                    n_tile_slots, num_q_heads, GROUP, ROW0, ROWS, CAUSAL, PINGPONG, RETURN_LSE, ZERO_TAIL, PAGED,
+                    PAGE_SIZE, HAS_SEQUSED, SEQ_FILTER, DECODE_MAX_Q, FP8, P_SCALE_LOG2, TWO_LEVEL, P_PER_TILE,
+                    LEAN_SOFTMAX, QUANTIZE_Q, Q_MAX, HAS_Q_DESCALE, HAS_K_DESCALE, HAS_V_DESCALE, num_warps,
+                    VALID_D)  # fmt: skip
 
     @gluon.jit
     def _consumer_persistent_default(q_bufs, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, kv_empty, turns,
@@ -1224,7 +1293,8 @@ if HAS_GLUON:
                                      Q_MAX: gl.constexpr,
                                      HAS_Q_DESCALE: gl.constexpr, HAS_K_DESCALE: gl.constexpr,
                                      HAS_V_DESCALE: gl.constexpr, num_warps: gl.constexpr,
-                                     VALID_D: gl.constexpr):  # fmt: skip
+                                     VALID_D: gl.constexpr, work_ids, work_ready, work_empty,
+                                     DYNAMIC: gl.constexpr):  # fmt: skip
         _consumer_persistent(q_bufs, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, kv_empty, turns, q_src,
                              out_ptr, lse_ptr, cu_seqlens_q_ptr, cu_seqlens_k_ptr, seqused_k_ptr, q_descale_ptr,
                              k_descale_ptr, v_descale_ptr, num_seqs, total_q, total_k, max_blocks, softmax_scale,
@@ -1233,7 +1303,8 @@ if HAS_GLUON:
                              stride_vdesc_seq, stride_vdesc_head, n_tile_slots, num_q_heads, GROUP, ROW0, ROWS, CAUSAL,
                              PINGPONG, RETURN_LSE, ZERO_TAIL, PAGED, PAGE_SIZE, HAS_SEQUSED, SEQ_FILTER,
                              DECODE_MAX_Q, FP8, P_SCALE_LOG2, TWO_LEVEL, P_PER_TILE, LEAN_SOFTMAX, QUANTIZE_Q, Q_MAX,
-                             HAS_Q_DESCALE, HAS_K_DESCALE, HAS_V_DESCALE, num_warps, VALID_D)  # fmt: skip
+                             HAS_Q_DESCALE, HAS_K_DESCALE, HAS_V_DESCALE, num_warps, VALID_D, work_ids, work_ready,
+                             work_empty, DYNAMIC)  # fmt: skip
         return ()
 
     # Lengths, counts and the widths they set (block table, lse rows) change per batch: not specialized, so a new
@@ -1262,6 +1333,7 @@ if HAS_GLUON:
         q_descale_ptr,  # fp32, [batch | broadcast, Hk | broadcast] (HAS_Q_DESCALE); likewise k and v
         k_descale_ptr,
         v_descale_ptr,
+        sched_ptr,  # DYNAMIC: int64 [base, tickets], shared by the launches on this device (_producer_persistent)
         num_seqs,
         total_q,  # rows of q / out: no store goes past them, whatever cu_seqlens_q holds
         total_k,  # rows of contiguous k / v
@@ -1324,6 +1396,7 @@ if HAS_GLUON:
         VALID_D: gl.constexpr,  # q/k/v's head size: D of the tiles (64/128/256) or less, padded (see _consumer)
         # a mixed batch's decode launch is this launch's programmatic dependent (config `mixed_pdl`): let it start
         LAUNCH_DEPENDENTS: gl.constexpr,
+        DYNAMIC: gl.constexpr,  # PERSISTENT: work items taken from a shared counter instead of a fixed share
         num_warps: gl.constexpr,
     ):
         if LAUNCH_DEPENDENTS:
@@ -1398,6 +1471,18 @@ if HAS_GLUON:
                 mbarrier.init(kv_empty.index(i), count=2)
                 if EARLY_K_RELEASE:
                     mbarrier.init(kv_empty.index(STAGES + i), count=2)
+            if DYNAMIC:  # the producer's items for the consumers (see _give_work)
+                work_ids = gl.allocate_shared_memory(gl.int32, [WORK_SLOTS, 1],
+                                                     gl.SwizzledSharedLayout(1, 1, 1, order=[0]))  # fmt: skip
+                work_ready = gl.allocate_shared_memory(gl.int64, [WORK_SLOTS, 1], mbarrier.MBarrierLayout())
+                work_empty = gl.allocate_shared_memory(gl.int64, [WORK_SLOTS, 1], mbarrier.MBarrierLayout())
+                for i in gl.static_range(WORK_SLOTS):
+                    mbarrier.init(work_ready.index(i), count=1)
+                    mbarrier.init(work_empty.index(i), count=2)  # both consumer warpgroups
+            else:
+                work_ids = q_ready  # unused
+                work_ready = q_ready
+                work_empty = q_ready
             gl.warp_specialize(
                 [
                     (_consumer_persistent_default, (
@@ -1410,7 +1495,7 @@ if HAS_GLUON:
                         PAGED, PAGE_SIZE, HAS_SEQUSED, SEQ_FILTER, DECODE_MAX_Q, FP8, P_SCALE_LOG2, TWO_LEVEL,
                         P_PER_TILE, LEAN_SOFTMAX,
                         QUANTIZE_Q, Q_MAX, HAS_Q_DESCALE, HAS_K_DESCALE, HAS_V_DESCALE, num_warps,
-                        VALID_D)),
+                        VALID_D, work_ids, work_ready, work_empty, DYNAMIC)),
                     (_consumer_persistent, (
                         q_bufs, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, kv_empty, turns, q_stage, out_ptr,
                         lse_ptr, cu_seqlens_q_ptr, cu_seqlens_k_ptr, seqused_k_ptr, q_descale_ptr, k_descale_ptr,
@@ -1421,7 +1506,7 @@ if HAS_GLUON:
                         PAGED, PAGE_SIZE, HAS_SEQUSED, SEQ_FILTER, DECODE_MAX_Q, FP8, P_SCALE_LOG2, TWO_LEVEL,
                         P_PER_TILE, LEAN_SOFTMAX,
                         QUANTIZE_Q, Q_MAX, HAS_Q_DESCALE, HAS_K_DESCALE, HAS_V_DESCALE, num_warps,
-                        VALID_D)),
+                        VALID_D, work_ids, work_ready, work_empty, DYNAMIC)),
                     (_producer_persistent, (
                         q16_desc, k_desc, v_desc, q_stage, k_bufs, v_bufs, v_stage, q_ready, q_empty, k_ready, v_ready,
                         kv_empty,
@@ -1430,7 +1515,8 @@ if HAS_GLUON:
                         stride_k_head, stride_v_blk, stride_v_slot, stride_v_head, k_rows_per_block,
                         k_rows_per_head, k_cols_per_head, v_rows_per_block, v_rows_per_head, v_cols_per_head,
                         n_tile_slots, num_q_heads, GROUP, CAUSAL, PAGED, PAGE_SIZE, PAGED_TMA, HAS_SEQUSED,
-                        SEQ_FILTER, DECODE_MAX_Q, FP8, VALID_D)),
+                        SEQ_FILTER, DECODE_MAX_Q, FP8, VALID_D, sched_ptr, work_ids, work_ready, work_empty,
+                        DYNAMIC)),
                 ],
                 [num_warps, PRODUCER_WARPS],
                 [WORKER_REGS, PERSISTENT_PRODUCER_REGS if not GATHER else PRODUCER_REGS_],
@@ -1593,7 +1679,7 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
                         paged_tma: bool = False, persistent_programs: int = 0, block_n: int = 0,
                         fp8_v16: bool = False, fp8_v16_contiguous: bool = False, p_per_tile: bool = False,
                         early_k_release: bool = False, lean_softmax: bool = False,
-                        fp8_p_one_rounding: bool = False):  # fmt: skip
+                        fp8_p_one_rounding: bool = False, dynamic: bool = False):  # fmt: skip
     """(kernel, grid, args, constexprs, options) of one warp-specialized prefill launch; `supports` must hold.
 
     fp8 K/V: V is read from its key-major copy (`key_major_v`, made here); quantize_q rounds a 16-bit q to K's fp8
@@ -1609,6 +1695,8 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
     QK is done, its V after its P@V (see _release_k). lean_softmax: the row max as a tree (_row_max) and a 16-bit P
     packed two values per register as the P@V wants them (_to_p); the same arithmetic, fewer dependent steps.
     fp8_p_one_rounding: an fp8 P rounded to e4m3 once from fp32 (not through fp16), with the lean step.
+    dynamic (persistent grid): the programs take tiles from a counter the launches on q's device share
+    (`_scheduler`), not in fixed shares; launches on several streams at once would share it: one stream at a time.
     """
     total_q, num_q_heads, valid_d = q.shape
     head_dim = tile_head_dim(valid_d)  # the tiles' D; a smaller head size is padded (supports' pad_head_dim)
@@ -1698,6 +1786,7 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
         seqused_k if seqused_k is not None else cu_seqlens_q,
         block_table if paged else cu_seqlens_q,
         *(d if d is not None else out for d in (q_descale, k_descale, v_descale)),
+        _scheduler(q.device) if dynamic and persistent_programs > 0 else cu_seqlens_q,
         num_seqs, total_q, total_k, num_cache_blocks, max_blocks, float(softmax_scale),
         out.stride(0), out.stride(1), lse.stride(0) if lse is not None else 0,
         block_table.stride(0) if paged else 0, *kv_strides, *page_rows,
@@ -1737,8 +1826,16 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
         # the tile, so the next one loads during this one) and each warpgroup rewrites only its own fp8 rows
         Q_BUFS=2 if persistent_programs > 0 and head_dim <= 128 and not quantize_q else 1,
         VALID_D=valid_d,
+        DYNAMIC=dynamic and persistent_programs > 0,
     )
     return attention_fwd_hopper_kernel, grid, args, constexprs, {"num_warps": NUM_WARPS}
+
+
+@functools.cache
+def _scheduler(device: torch.device) -> torch.Tensor:
+    """The dynamic persistent grid's counter on a device: int64 [base, tickets], zeroed once; every launch leaves
+    base equal to tickets (see _producer_persistent), so no launch resets it and CUDA graphs replay it as is."""
+    return torch.zeros(2, dtype=torch.int64, device=device)
 
 
 @functools.lru_cache(maxsize=64)
