@@ -6,7 +6,10 @@ and the faulting instruction from a CUDA core dump where cuda-gdb is installed.
 
 The case (H100, session 29: random combination 239 of seed 385944552, now tests/kernel/test_paged.py::
 test_two_key_pages_alibi_and_a_wider_v): pages of 2 keys, D 80 / Dv 112, ALiBi, GQA 2:1, no causal mask, which
-the portable prefill (8 warps, 128 x 64 tiles) stopped the GPU on; compute-sanitizer named no access.
+the portable prefill (8 warps, 128 x 64 tiles, block ids a step ahead) stopped the GPU on; compute-sanitizer
+named no access. Session 29's run (H100): base faults; block ids in-step, 64-bit cache offsets, 1 stage, or the same
+PTX through CUDA 13.0's ptxas (triton 3.6 bundles 12.8) run clean - a ptxas 12.8 miscompile. The launcher now plans
+pages of fewer than 4 keys without the look-ahead ("planned").
 """
 
 from __future__ import annotations
@@ -25,16 +28,19 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 CASE = dict(seqlens_q=[63, 351], seqlens_k=[483, 351], num_heads=(2, 1), head_size=80, head_size_v=112,
             kv_layout="paged_kv_interleaved", block_size=2)  # fmt: skip
-# name -> (make_inputs overrides, constexpr overrides of the prefill launch, launch option overrides)
+# name -> (make_inputs overrides, constexpr overrides of the prefill launch, launch option overrides). "base" is
+# the faulting launch of session 29: block ids a step ahead (since then the launcher plans pages of 2 keys without
+# them: "planned"); the others change one thing of it.
+FAULT = {"PREFETCH_BLOCK_IDS": True}
 VARIANTS = {
-    "base": ({}, {}, {}),
-    "prefetch-off": ({}, {"PREFETCH_BLOCK_IDS": False}, {}),
-    "k-rows": ({}, {"K_ROWS": True}, {}),
-    "offsets-64": ({}, {"CACHE_OFFSETS_32": False}, {}),
-    "stages-1": ({}, {}, {"num_stages": 1}),
-    "no-alibi": ({"alibi": False}, {}, {}),
-    "pages-4": ({"block_size": 4}, {}, {}),
-    "dv-80": ({"head_size_v": 80}, {}, {}),
+    "base": ({}, FAULT, {}),
+    "planned": ({}, {}, {}),
+    "k-rows": ({}, {**FAULT, "K_ROWS": True}, {}),
+    "offsets-64": ({}, {**FAULT, "CACHE_OFFSETS_32": False}, {}),
+    "stages-1": ({}, FAULT, {"num_stages": 1}),
+    "no-alibi": ({"alibi": False}, FAULT, {}),
+    "pages-4": ({"block_size": 4}, FAULT, {}),
+    "dv-80": ({"head_size_v": 80}, FAULT, {}),
 }
 
 
@@ -91,11 +97,13 @@ def version(ptxas: str) -> str:
     return text.strip().splitlines()[-1] if text.strip() else "?"
 
 
-def child(name: str, out: Path, env_extra: dict, tag: str) -> dict:
+def child(name: str, out: Path, env_extra: dict, tag: str, core_dump: bool = False) -> dict:
     cache = Path(tempfile.mkdtemp(prefix=f"cache-{tag}-", dir=out))
-    core = out / f"core-{tag}"
+    core = Path(tempfile.gettempdir()) / f"fault-probe-core-{tag}"  # GPU core dumps are large: not in --out
     env = dict(os.environ, TRITONFA_TEST_DEVICE="cuda", TRITONFA_PLAN_CACHE="0", TRITON_CACHE_DIR=str(cache),
-               CUDA_ENABLE_COREDUMP_ON_EXCEPTION="1", CUDA_COREDUMP_FILE=str(core), **env_extra)  # fmt: skip
+               **env_extra)  # fmt: skip
+    if core_dump:
+        env.update(CUDA_ENABLE_COREDUMP_ON_EXCEPTION="1", CUDA_COREDUMP_FILE=str(core))
     env["PYTHONPATH"] = f"{REPO / 'kernel' / 'src'}:{env.get('PYTHONPATH', '')}"
     done = subprocess.run([sys.executable, __file__, "--child", name], env=env, capture_output=True, text=True,
                           timeout=300)  # fmt: skip
@@ -109,7 +117,7 @@ def child(name: str, out: Path, env_extra: dict, tag: str) -> dict:
     for i, cubin in enumerate(cubins):
         sass = subprocess.run([cuobjdump, "-sass", cubin], capture_output=True, text=True).stdout
         (out / f"{tag}-kernel{i}.sass").write_text(sass)
-    cores = sorted(glob.glob(f"{core}*"))
+    cores = sorted(glob.glob(f"{core}*")) if core_dump else []
     if cores and shutil.which("cuda-gdb"):
         gdb = subprocess.run(["cuda-gdb", "-batch", "-ex", f"target cudacore {cores[0]}", "-ex", "info cuda kernels",
                               "-ex", "print $errorpc", "-ex", "x/4i $errorpc", "-ex", "x/4i $pc"],
@@ -125,6 +133,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default="fault_probe")
     parser.add_argument("--only", default="", help="comma-separated variant names (default: all)")
+    parser.add_argument("--core-dump", action="store_true", help="a CUDA core dump of each fault, read by cuda-gdb")
     parser.add_argument("--child", default="", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
@@ -134,12 +143,12 @@ def main(argv=None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     rows = []
     for name in [n for n in args.only.split(",") if n] or list(VARIANTS):
-        rows.append(child(name, out, {}, name))
+        rows.append(child(name, out, {}, name, args.core_dump))
         print(json.dumps(rows[-1]), flush=True)
     builds = ptxas_builds()
     print("ptxas builds:", [(b, version(b)) for b in builds], flush=True)
     for i, ptxas in enumerate(builds[1:]):  # the first is triton's own: the runs above
-        rows.append(child("base", out, {"TRITON_PTXAS_PATH": ptxas}, f"base-ptxas{i + 1}"))
+        rows.append(child("base", out, {"TRITON_PTXAS_PATH": ptxas}, f"base-ptxas{i + 1}", args.core_dump))
         rows[-1]["ptxas"] = f"{ptxas} ({version(ptxas)})"
         print(json.dumps(rows[-1]), flush=True)
     (out / "fault_probe.json").write_text(json.dumps(rows, indent=1) + "\n")

@@ -138,6 +138,7 @@ def summarize(calls: list[dict[int, float]]) -> dict:
     return dict(
         calls=rows, median={k: statistics.median(r[k] for r in rows) for k in keys} if rows else {},
         common_sms=len(common), rank_correlation=statistics.fmean(rho) if rho else None, latest_sms=late,
+        ends_us={str(sm): [round(c[sm], 1) for c in calls] for sm in common},  # per SM, one value per call
     )  # fmt: skip
 
 

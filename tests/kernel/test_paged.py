@@ -128,12 +128,29 @@ def _check_two_key_pages(block_size: int, head_size_v: int) -> None:
     check_against_reference(inputs, *BF16_TOL, causal=False, alibi_slopes=slopes)
 
 
+def test_block_ids_a_step_ahead_where_pages_hold_4_keys_or_more():
+    """Prefill tiles load the next key block's page ids during this block, except over pages of 1 or 2 keys: there
+    ptxas 12.8 built a launch that faulted on sm_90 (session 29; the test below)."""
+    for block_size, ahead in ((2, False), (1, False), (4, True), (16, True)):
+        inputs = make_inputs([63, 351], [483, 351], num_heads=(2, 1), head_size=80, head_size_v=112,
+                             kv_layout="paged_kv_interleaved", block_size=block_size)  # fmt: skip
+        launches = attention.plan_attention(
+            inputs.q, inputs.k, inputs.v, torch.empty(*inputs.q.shape[:2], 112, dtype=inputs.q.dtype, device=DEVICE),
+            None, inputs.cu_seqlens_q, None, inputs.seqused_k, inputs.block_table,
+            torch.full((2,), 0.1, device=DEVICE), None, None, None, None, None, None,
+            inputs.max_seqlen_q, inputs.max_seqlen_k, 0.1, -1, -1, 0.0, 0, arch="hopper",
+        )  # fmt: skip
+        (prefill,) = [launch for launch in launches if launch.constexprs["BLOCK_M"] >= 64]
+        assert prefill.constexprs["PREFETCH_BLOCK_IDS"] is ahead, block_size
+
+
 @pytest.mark.parametrize("block_size, head_size_v", [(2, 112), (2, 96), (4, 112)])
 def test_two_key_pages_alibi_and_a_wider_v(block_size, head_size_v):
     """H100, session 29 (random combination 239 of seed 385944552): pages of 2 keys, D 80 with a wider V, ALiBi,
-    GQA 2:1, no causal mask - the portable prefill (Hopper: 8 warps, 128 x 64 tiles) stopped the GPU with an illegal
-    address that compute-sanitizer could not attribute (other page sizes, head sizes, 4 warps or K read as rows do
-    not). On the GPU the call runs in its own process: a fault fails this test, not every later one of the worker."""
+    GQA 2:1, no causal mask - the portable prefill (Hopper: 8 warps, 128 x 64 tiles, block ids a step ahead) stopped
+    the GPU with an illegal address that compute-sanitizer could not attribute: ptxas 12.8 (triton 3.6's) built it
+    wrong, CUDA 13.0's ptxas did not; such pages are now planned without the look-ahead. On the GPU the call runs in
+    its own process: a fault fails this test, not every later test of the worker."""
     if DEVICE != "cuda":
         _check_two_key_pages(block_size, head_size_v)
         return

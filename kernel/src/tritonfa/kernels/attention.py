@@ -1306,7 +1306,10 @@ def _plan_launch(
         PREFETCH_BLOCK_IDS=paged
         and not use_tma
         and (
-            config.block_m >= 64
+            # prefill tiles, where a page holds 4 keys or more: with pages of 2 keys ptxas 12.8 (triton 3.6's) built
+            # a launch that faults on sm_90 (D 80 / Dv 112, ALiBi, 8 warps; session 29: the same PTX through CUDA
+            # 13.0's ptxas, or without the look-ahead, runs clean)
+            (config.block_m >= 64 and block_size >= 4)
             or config.decode_prefetch_ids is True
             or (config.decode_prefetch_ids == "fp8" and k.element_size() == 1)
         ),
