@@ -195,8 +195,9 @@ def _fresh_plan_cache():
 
 @pytest.fixture(autouse=True)
 def _nan_poisoned_empty(request, monkeypatch):
-    """Under tests/kernel/, torch.empty & co. return NaN-filled float memory so unwritten outputs show up."""
-    if not request.node.path.is_relative_to(KERNEL_TESTS):
+    """Under tests/kernel/, torch.empty & co. return NaN-filled float memory so unwritten outputs show up (not in
+    tests marked `real_allocators`: a torch.compile trace of the real functions)."""
+    if not request.node.path.is_relative_to(KERNEL_TESTS) or request.node.get_closest_marker("real_allocators"):
         yield
         return
     for name in ("empty", "empty_like", "empty_strided"):
@@ -204,6 +205,15 @@ def _nan_poisoned_empty(request, monkeypatch):
         monkeypatch.setattr(torch, name, functools.wraps(original)(_poisoning(original)))
     monkeypatch.setattr(torch.Tensor, "new_empty", _poisoning(torch.Tensor.new_empty))
     yield
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _torch_loaded_with_real_allocators():
+    """torch imports parts of itself on first use (a meta tensor's randn_like loads its Python decompositions);
+    loaded inside a test, they record the NaN-poisoning wrappers as torch.empty & co., and torch.compile then refuses
+    the real torch.empty for the rest of the process (session 29: test_fast_paths' fullgraph compile after
+    test_launch's meta planning). Loaded once here, before any test patches them."""
+    torch.randn_like(torch.empty(1, device="meta"), dtype=torch.bfloat16)
 
 
 def _poisoning(allocate):
