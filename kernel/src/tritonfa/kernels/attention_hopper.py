@@ -1141,35 +1141,32 @@ if HAS_GLUON:
         # tickets, and whoever draws the last one moves base there for the next launch (no reset kernel).
         it = gl.program_id(0) * 0  # K/V blocks loaded so far
         items = gl.program_id(0) * 0  # tiles loaded so far
+        total = n_tile_slots * num_q_heads
+        given = gl.program_id(0) * 0  # DYNAMIC: items handed to the consumers so far
         if DYNAMIC:
-            total = n_tile_slots * num_q_heads
             base = gl.load(sched_ptr)
-            given = gl.program_id(0) * 0
             work = (gl.atomic_add(sched_ptr + 1, 1) - base).to(gl.int32)
-            while work < total:
+        else:
+            work = gl.program_id(0)
+        while work < total:
+            if DYNAMIC:
                 _give_work(work_ids, work_ready, work_empty, given, work, gl.num_warps())
                 given += 1
                 next_work = (gl.atomic_add(sched_ptr + 1, 1) - base).to(gl.int32)  # in flight during this item
-                it, items = _produce_work(work, it, items, q_desc, k_desc, v_desc, q_bufs, k_bufs, v_bufs, v_stage,
-                    q_ready, q_empty, k_ready, v_ready, kv_empty, k_ptr, v_ptr, cu_seqlens_q_ptr, cu_seqlens_k_ptr,
-                    seqused_k_ptr, block_table_ptr, num_seqs, total_q, total_k, num_cache_blocks, max_blocks,
-                    stride_bt_seq, stride_k_blk, stride_k_slot, stride_k_head, stride_v_blk, stride_v_slot,
-                    stride_v_head, k_rows_per_block, k_rows_per_head, k_cols_per_head, v_rows_per_block,
-                    v_rows_per_head, v_cols_per_head, n_tile_slots, num_q_heads, GROUP, CAUSAL, PAGED, PAGE_SIZE,
-                    PAGED_TMA, HAS_SEQUSED, SEQ_FILTER, DECODE_MAX_Q, FP8, VALID_D)  # fmt: skip
-                work = next_work
+            else:
+                next_work = work + gl.num_programs(0)
+            it, items = _produce_work(work, it, items, q_desc, k_desc, v_desc, q_bufs, k_bufs, v_bufs, v_stage,
+                q_ready, q_empty, k_ready, v_ready, kv_empty, k_ptr, v_ptr, cu_seqlens_q_ptr, cu_seqlens_k_ptr,
+                seqused_k_ptr, block_table_ptr, num_seqs, total_q, total_k, num_cache_blocks, max_blocks,
+                stride_bt_seq, stride_k_blk, stride_k_slot, stride_k_head, stride_v_blk, stride_v_slot,
+                stride_v_head, k_rows_per_block, k_rows_per_head, k_cols_per_head, v_rows_per_block,
+                v_rows_per_head, v_cols_per_head, n_tile_slots, num_q_heads, GROUP, CAUSAL, PAGED, PAGE_SIZE,
+                PAGED_TMA, HAS_SEQUSED, SEQ_FILTER, DECODE_MAX_Q, FP8, VALID_D)  # fmt: skip
+            work = next_work
+        if DYNAMIC:
             _give_work(work_ids, work_ready, work_empty, given, total, gl.num_warps())  # past the last: they stop
             if work == total + gl.num_programs(0) - 1:
                 gl.store(sched_ptr, base + total + gl.num_programs(0))
-        else:
-            for work in range(gl.program_id(0), n_tile_slots * num_q_heads, gl.num_programs(0)):
-                it, items = _produce_work(work, it, items, q_desc, k_desc, v_desc, q_bufs, k_bufs, v_bufs, v_stage,
-                    q_ready, q_empty, k_ready, v_ready, kv_empty, k_ptr, v_ptr, cu_seqlens_q_ptr, cu_seqlens_k_ptr,
-                    seqused_k_ptr, block_table_ptr, num_seqs, total_q, total_k, num_cache_blocks, max_blocks,
-                    stride_bt_seq, stride_k_blk, stride_k_slot, stride_k_head, stride_v_blk, stride_v_slot,
-                    stride_v_head, k_rows_per_block, k_rows_per_head, k_cols_per_head, v_rows_per_block,
-                    v_rows_per_head, v_cols_per_head, n_tile_slots, num_q_heads, GROUP, CAUSAL, PAGED, PAGE_SIZE,
-                    PAGED_TMA, HAS_SEQUSED, SEQ_FILTER, DECODE_MAX_Q, FP8, VALID_D)  # fmt: skip
 
     @gluon.jit
     def _consume_work(work, it, items, q_bufs, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, kv_empty, turns,
@@ -1248,33 +1245,27 @@ if HAS_GLUON:
         # items come from the producer through work_ids (see _producer_persistent) until one is past the last.
         it = gl.program_id(0) * 0  # K/V blocks consumed so far
         items = gl.program_id(0) * 0  # tiles computed so far (each took its blocks + 1 wgmma turns)
+        total = n_tile_slots * num_q_heads
+        taken = gl.program_id(0) * 0  # DYNAMIC: items taken from the producer so far
         if DYNAMIC:
-            total = n_tile_slots * num_q_heads
-            taken = gl.program_id(0) * 0
             work = _take_work(work_ids, work_ready, work_empty, taken, num_warps)
-            while work < total:
-                it, items = _consume_work(work, it, items, q_bufs, k_bufs, v_bufs, q_ready, q_empty, k_ready,
-                    v_ready, kv_empty, turns, q_src, out_ptr, lse_ptr, cu_seqlens_q_ptr, cu_seqlens_k_ptr,
-                    seqused_k_ptr, q_descale_ptr, k_descale_ptr, v_descale_ptr, num_seqs, total_q, total_k,
-                    max_blocks, softmax_scale, stride_o_tok, stride_o_head, stride_lse_head, stride_qdesc_seq,
-                    stride_qdesc_head, stride_kdesc_seq, stride_kdesc_head, stride_vdesc_seq, stride_vdesc_head,
-                    n_tile_slots, num_q_heads, GROUP, ROW0, ROWS, CAUSAL, PINGPONG, RETURN_LSE, ZERO_TAIL, PAGED,
-                    PAGE_SIZE, HAS_SEQUSED, SEQ_FILTER, DECODE_MAX_Q, FP8, P_SCALE_LOG2, TWO_LEVEL, P_PER_TILE,
-                    LEAN_SOFTMAX, QUANTIZE_Q, Q_MAX, HAS_Q_DESCALE, HAS_K_DESCALE, HAS_V_DESCALE, num_warps,
-                    VALID_D)  # fmt: skip
+        else:
+            work = gl.program_id(0)
+        while work < total:
+            it, items = _consume_work(work, it, items, q_bufs, k_bufs, v_bufs, q_ready, q_empty, k_ready,
+                v_ready, kv_empty, turns, q_src, out_ptr, lse_ptr, cu_seqlens_q_ptr, cu_seqlens_k_ptr,
+                seqused_k_ptr, q_descale_ptr, k_descale_ptr, v_descale_ptr, num_seqs, total_q, total_k,
+                max_blocks, softmax_scale, stride_o_tok, stride_o_head, stride_lse_head, stride_qdesc_seq,
+                stride_qdesc_head, stride_kdesc_seq, stride_kdesc_head, stride_vdesc_seq, stride_vdesc_head,
+                n_tile_slots, num_q_heads, GROUP, ROW0, ROWS, CAUSAL, PINGPONG, RETURN_LSE, ZERO_TAIL, PAGED,
+                PAGE_SIZE, HAS_SEQUSED, SEQ_FILTER, DECODE_MAX_Q, FP8, P_SCALE_LOG2, TWO_LEVEL, P_PER_TILE,
+                LEAN_SOFTMAX, QUANTIZE_Q, Q_MAX, HAS_Q_DESCALE, HAS_K_DESCALE, HAS_V_DESCALE, num_warps,
+                VALID_D)  # fmt: skip
+            if DYNAMIC:
                 taken += 1
                 work = _take_work(work_ids, work_ready, work_empty, taken, num_warps)
-        else:
-            for work in range(gl.program_id(0), n_tile_slots * num_q_heads, gl.num_programs(0)):
-                it, items = _consume_work(work, it, items, q_bufs, k_bufs, v_bufs, q_ready, q_empty, k_ready,
-                    v_ready, kv_empty, turns, q_src, out_ptr, lse_ptr, cu_seqlens_q_ptr, cu_seqlens_k_ptr,
-                    seqused_k_ptr, q_descale_ptr, k_descale_ptr, v_descale_ptr, num_seqs, total_q, total_k,
-                    max_blocks, softmax_scale, stride_o_tok, stride_o_head, stride_lse_head, stride_qdesc_seq,
-                    stride_qdesc_head, stride_kdesc_seq, stride_kdesc_head, stride_vdesc_seq, stride_vdesc_head,
-                    n_tile_slots, num_q_heads, GROUP, ROW0, ROWS, CAUSAL, PINGPONG, RETURN_LSE, ZERO_TAIL, PAGED,
-                    PAGE_SIZE, HAS_SEQUSED, SEQ_FILTER, DECODE_MAX_Q, FP8, P_SCALE_LOG2, TWO_LEVEL, P_PER_TILE,
-                    LEAN_SOFTMAX, QUANTIZE_Q, Q_MAX, HAS_Q_DESCALE, HAS_K_DESCALE, HAS_V_DESCALE, num_warps,
-                    VALID_D)  # fmt: skip
+            else:
+                work += gl.num_programs(0)
 
     @gluon.jit
     def _consumer_persistent_default(q_bufs, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, kv_empty, turns,
