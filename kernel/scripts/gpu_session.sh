@@ -33,8 +33,9 @@
 #   first-call-serial      the same with TRITONFA_COMPILE_AHEAD=0 (a call's new kernels one after the other), in serial/
 #                          (kernel/scripts/first_call.py: compile stages vs the rest; issue 11 asks <= 5 s); early in a
 #                          chain, while the host is idle; first_call.json into RESULTS_DIR
-#   program-ends:ONLY      kernel/scripts/program_ends.py: when each SM's persistent prefill program ends (ONLY:
-#                          workload patterns, '+' between); program_ends_<n>.{log,json}
+#   program-ends:ONLY[:VARIANT]  kernel/scripts/program_ends.py: when each SM's persistent prefill program ends
+#                          (ONLY: workload patterns, '+' between; VARIANT: a variants.py prefill variant);
+#                          program_ends_<n>.{log,json}
 #   fault-probe            kernel/scripts/fault_probe.py: where the portable prefill's illegal address (paged, 2-key
 #                          pages, session 29) comes from; RESULTS_DIR/fault_probe{,.log}
 #   fp8-study              the fp8 error study on the GPU (accuracy/fp8_error_study.py --device cuda): its log and
@@ -147,10 +148,11 @@ await_peers() {  # with PEER_PYTHONPATH: wait up to PEER_WAIT_S seconds (default
       first-call-serial)
         TRITONFA_COMPILE_AHEAD=0 timeout -s KILL 300 python3 kernel/scripts/first_call.py --out "$out/serial" 2>&1 |
           tail -n 12 ;;
-      program-ends:*)  # program-ends:ONLY ('+' between workload patterns): kernel/scripts/program_ends.py
-        only="${step#program-ends:}"
+      program-ends:*)  # program-ends:ONLY[:VARIANT] ('+' between workload patterns): kernel/scripts/program_ends.py
+        IFS=':' read -r _ only variant <<< "$step"
         timeout -s KILL 300 python3 kernel/scripts/program_ends.py --only "${only//+/,}" \
-          --out "$out/program_ends_$n.json" 2>&1 | tee "$out/program_ends_$n.log" | tail -n 12 ;;
+          --variant "${variant:-default}" --out "$out/program_ends_$n.json" 2>&1 | tee "$out/program_ends_$n.log" |
+          tail -n 12 ;;
       fault-probe)  # the illegal-address case of session 29, one launch setting changed at a time (fault_probe.py)
         timeout -s KILL 900 python3 kernel/scripts/fault_probe.py --out "$out/fault_probe" 2>&1 |
           tee "$out/fault_probe.log" | tail -n 20 ;;

@@ -11,6 +11,7 @@ first. The call's other launches (the empty decode launch of a prefill batch) ar
 shows as fewer common SMs than the GPU has.
 
     python kernel/scripts/program_ends.py --only ^prefill-b4x4096-noncausal$,^prefill-varlen16-causal$ --out ends.json
+    python kernel/scripts/program_ends.py --only ^prefill-varlen16-causal$ --variant ws-dynamic   # variants.py's
 
 Per workload: the SMs' end times after the start (first / median / last, us), the spread, and how alike the order
 of the SMs is from call to call (Spearman's rank correlation, mean over pairs of calls: near 1 = the same SMs are
@@ -23,6 +24,7 @@ import argparse
 import dataclasses
 import itertools
 import json
+import os
 import statistics
 import sys
 from pathlib import Path
@@ -146,8 +148,15 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", required=True, help="workload name substrings, comma-separated (^ / $ anchors)")
     parser.add_argument("--calls", type=int, default=10)
+    parser.add_argument("--variant", default="default", help="a prefill variant of variants.py (its TRITONFA_CONFIG)")
     parser.add_argument("--out", default="")
     args = parser.parse_args(argv)
+    from variants import PREFILL_VARIANTS  # beside this file
+
+    config = dict(PREFILL_VARIANTS[args.variant])
+    os.environ.update(config.pop("env", {}))
+    if config:  # read at each call (tritonfa.configs), so setting it here is enough
+        os.environ["TRITONFA_CONFIG"] = json.dumps(config)
     if not torch.cuda.is_available():
         raise SystemExit("program_ends.py stamps GPU programs")
     device = torch.device("cuda")

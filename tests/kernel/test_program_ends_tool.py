@@ -37,3 +37,22 @@ def test_summary_spread_and_rank_correlation():
 
 def test_spearman_of_one_sm():
     assert load_tool().spearman([5.0], [7.0]) == 0.0, "one SM: no order to compare"
+
+
+def test_a_variant_becomes_the_process_config(monkeypatch):
+    import json
+    import os
+
+    import pytest
+    import torch
+
+    tool = load_tool()
+    monkeypatch.delenv("TRITONFA_CONFIG", raising=False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(SystemExit, match="stamps GPU programs"):
+        tool.main(["--only", "^prefill-varlen16-causal$", "--variant", "ws-dynamic"])
+    assert json.loads(os.environ["TRITONFA_CONFIG"]) == {"ws_dynamic": True}
+    monkeypatch.delenv("TRITONFA_CONFIG")
+    with pytest.raises(SystemExit):
+        tool.main(["--only", "^prefill-varlen16-causal$"])
+    assert "TRITONFA_CONFIG" not in os.environ, "the default variant sets nothing"
