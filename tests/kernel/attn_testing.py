@@ -6,10 +6,12 @@ filled with NaN, so a kernel that lets such values reach the output fails loudly
 """
 
 import dataclasses
+import importlib.util
 import itertools
 import math
 import os
 import random
+from pathlib import Path
 
 import pytest
 import torch
@@ -30,6 +32,15 @@ FP8_DTYPES_HERE = FP8_DTYPES if not (ON_GPU or _NVIDIA_ARCH) or torch.version.hi
 PLATFORM_E4M3 = torch.float8_e4m3fnuz if torch.version.hip else torch.float8_e4m3fn
 
 KV_LAYOUTS = ("contiguous", "paged", "paged_kv_interleaved", "paged_heads_major")
+
+
+def load_script(name: str):
+    """kernel/scripts/<name>.py as a module (the GPU tools are scripts, not part of the package)."""
+    path = Path(__file__).resolve().parents[2] / "kernel" / "scripts" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def scaled(cpu, gpu):

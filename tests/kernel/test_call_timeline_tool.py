@@ -1,17 +1,11 @@
 """kernel/scripts/call_timeline.py: how it splits a traced do_bench loop into calls (synthetic traces; the GPU run
 itself is the tool's job on the device)."""
 
-import importlib.util
-from pathlib import Path
-
-TOOL_PATH = Path(__file__).resolve().parents[2] / "kernel" / "scripts" / "call_timeline.py"
+from attn_testing import load_script
 
 
 def load_tool():
-    spec = importlib.util.spec_from_file_location("call_timeline", TOOL_PATH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("call_timeline")
 
 
 FLUSH = "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<int>>"

@@ -1,21 +1,14 @@
 """kernel/scripts/fault_probe.py: the launch settings its variants change are the portable prefill's (planned on the
 meta device for Hopper, as the GPU run plans them), so a renamed constexpr fails here, not on the device."""
 
-import importlib.util
-from pathlib import Path
-
 import torch
+from attn_testing import load_script
 
 from tritonfa.kernels import attention
 
-TOOL_PATH = Path(__file__).resolve().parents[2] / "kernel" / "scripts" / "fault_probe.py"
-
 
 def load_tool():
-    spec = importlib.util.spec_from_file_location("fault_probe", TOOL_PATH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("fault_probe")
 
 
 def test_variants_change_what_the_planned_prefill_launch_has():

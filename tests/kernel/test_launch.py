@@ -4,7 +4,7 @@ again. Fakes stand in for Triton (no GPU here); the GPU suite runs every kernel 
 
 import pytest
 import torch
-from attn_testing import ON_GPU, TOLERANCES, check_against_reference, make_inputs
+from attn_testing import ON_GPU, TOLERANCES, check_against_reference, load_script, make_inputs
 
 from tritonfa.kernels import launch as launch_module
 
@@ -224,14 +224,7 @@ def test_a_new_geometrys_kernels_compile_side_by_side_and_compute_the_same(monke
 
 
 def _launch_hostcost_tool():
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[2] / "kernel" / "scripts" / "launch_hostcost.py"
-    spec = importlib.util.spec_from_file_location("launch_hostcost", path)
-    tool = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tool)
-    return tool
+    return load_script("launch_hostcost")
 
 
 def test_launch_hostcost_tool_cases_and_inputs():

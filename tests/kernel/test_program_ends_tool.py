@@ -1,17 +1,11 @@
 """kernel/scripts/program_ends.py: how it turns probe stamps into per-SM end times and how it sums calls up
 (synthetic stamps; the stamping itself is the tool's job on the GPU)."""
 
-import importlib.util
-from pathlib import Path
-
-TOOL_PATH = Path(__file__).resolve().parents[2] / "kernel" / "scripts" / "program_ends.py"
+from attn_testing import load_script
 
 
 def load_tool():
-    spec = importlib.util.spec_from_file_location("program_ends", TOOL_PATH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("program_ends")
 
 
 def test_each_sm_ends_at_its_first_probe():
