@@ -14,7 +14,7 @@ if [ -s "$results/failures.log" ]; then
   echo "-- failed tests:"
   grep '^== ' "$results/failures.log" | sort -u
 fi
-grep -h -E '^=+ .*(passed|failed)' "$results"/gpu_tests.log 2>/dev/null | tail -n 1
+grep -h -E '^=+ .*(passed|failed)' "$results"/gpu_tests.log 2>/dev/null | tail -n 2
 for log in "$results"/latency_*.log; do
   [ -e "$log" ] && grep -E '^\| (CUSTOM|FLASH_ATTN|TRITON_ATTN) ' "$log"
 done
