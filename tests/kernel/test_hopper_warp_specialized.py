@@ -357,7 +357,11 @@ def test_dynamic_scheduling_is_planned_on_the_persistent_grid_only(monkeypatch):
     inputs = make_inputs([300, 40], [300, 40], num_heads=(8, 2), head_size=128)
     monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"ws_dynamic": True}}))
     constexprs = _constexprs(inputs)
-    assert constexprs["PERSISTENT"] and constexprs["DYNAMIC"]
+    assert constexprs["PERSISTENT"] and constexprs["DYNAMIC"] and constexprs["DYNAMIC_TAIL"] == 0
+    monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"ws_dynamic": True, "ws_dynamic_tail": 3}}))
+    assert _constexprs(inputs)["DYNAMIC_TAIL"] == 3, "only the last 3 rounds from the counter"
+    monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"ws_dynamic_tail": 3}}))
+    assert _constexprs(inputs)["DYNAMIC_TAIL"] == 0, "a tail of nothing: fixed shares"
     monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"ws_dynamic": True, "ws_persistent": False}}))
     assert not _constexprs(inputs)["DYNAMIC"], "one program per tile: nothing to schedule"
     monkeypatch.delenv("TRITONFA_CONFIG")
@@ -367,12 +371,15 @@ def test_dynamic_scheduling_is_planned_on_the_persistent_grid_only(monkeypatch):
 @pytest.mark.skipif(not (ON_HOPPER and attention_hopper.HAS_GLUON), reason="Gluon kernels run on a Hopper GPU only")
 @pytest.mark.parametrize("kv_layout", ["contiguous", "paged-gather", "paged-tma"])
 @pytest.mark.parametrize("head_size", [64, 128])
-def test_warp_specialized_dynamic_scheduling_matches_reference(monkeypatch, kv_layout, head_size):
+@pytest.mark.parametrize("tail", [0, 2])
+def test_warp_specialized_dynamic_scheduling_matches_reference(monkeypatch, kv_layout, head_size, tail):
     """The persistent grid taking tiles from the shared counter (config `ws_dynamic`), launch after launch: every
     launch hands out each tile once and leaves the counter ready for the next (base == tickets), whatever the batch:
     causal varlen lengths (tiles of very different lengths), empty sequences, rows that see no key, a mixed batch's
-    decodes (on the decode launch)."""
+    decodes (on the decode launch). tail 2 (`ws_dynamic_tail`): fixed shares but the last two rounds, whose items
+    come from the counter (the batches have 9-90 rounds at D 128, half that at D 64: two programs per SM)."""
     config = {"ws_persistent": True, "ws_dynamic": True, "ws_paged_tma": kv_layout == "paged-tma"}
+    config["ws_dynamic_tail"] = tail
     monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": config}))
     paged = kv_layout != "contiguous"
     atol, rtol = TOLERANCES[torch.bfloat16]
@@ -380,7 +387,7 @@ def test_warp_specialized_dynamic_scheduling_matches_reference(monkeypatch, kv_l
         seqlens_k = [n + random.choice([0, 0, 5, 60]) for n in seqlens_q]
         inputs = make_inputs(seqlens_q, seqlens_k, num_heads=(32, 8), head_size=head_size,
                              kv_layout="paged_kv_interleaved" if paged else "contiguous")  # fmt: skip
-        assert _plan(inputs)[0] == WS and _constexprs(inputs)["DYNAMIC"]
+        assert _plan(inputs)[0] == WS and _constexprs(inputs)["DYNAMIC"] and _constexprs(inputs)["DYNAMIC_TAIL"] == tail
         for causal in (True, False):
             check_against_reference(inputs, atol, rtol, causal=causal)
             counter = attention_hopper._scheduler(inputs.q.device)

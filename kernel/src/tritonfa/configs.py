@@ -131,6 +131,10 @@ class AttentionConfig:
     # measured it on the H200 (varlen -2%, b1x8192 and mixed slower) before session 29 saw the fixed shares' programs
     # end 208 us apart on equal tiles (b4x4096 non-causal, H100)
     ws_dynamic: bool = False
+    # ws_dynamic: only the items of the last N rounds (N x programs) come from the counter, the rest go out in fixed
+    # shares (0: every item from the counter). Session 30 (H100): the fully dynamic grid's SMs end within 10 us but
+    # each item costs more than in fixed shares (varlen +6% mean SM busy time); this keeps the fixed order but the end
+    ws_dynamic_tail: int = 0
     ws_block_n: int = 0  # Gluon prefill: keys per block, 64 or 128 (0: attention_hopper.tiles_for's)
     # Gluon prefill: 16-bit head sizes other than 64/128/256 (multiples of 8, e.g. 80, 96) in tiles of the next of
     # those instead of the portable kernel (Hopper: on)

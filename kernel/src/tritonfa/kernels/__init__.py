@@ -487,15 +487,18 @@ def _hopper_prefill_specs() -> list[dict[str, Any]]:
         name = f"{fn.__name__}[hopper d{head_dim} CAUSAL={causal} FP8{suffix}]"
         specs.append(dict(name=name, fn=fn, bound_args=args, constexprs=constexprs, options=options, gluon=True))
     # the persistent grid taking its tiles from a device counter (config `ws_dynamic`, opt-in): 16-bit D 128 on both
-    # masks, D 64 (two programs per SM), pages through TMA, fp8 at D 64
-    dynamic = [(128, True, 132, False, bf16), (128, False, 132, False, bf16), (64, True, 264, False, bf16),
-               (128, True, 132, True, bf16), (64, False, 264, False, fp8)]  # fmt: skip
-    for head_dim, causal, programs, paged, dtype in dynamic:
+    # masks, D 64 (two programs per SM), pages through TMA, fp8 at D 64; and only the last rounds from the counter
+    # (config `ws_dynamic_tail`) at D 128 causal
+    dynamic = [(128, True, 132, False, bf16, 0), (128, False, 132, False, bf16, 0), (64, True, 264, False, bf16, 0),
+               (128, True, 132, True, bf16, 0), (64, False, 264, False, fp8, 0),
+               (128, True, 132, False, bf16, 2)]  # fmt: skip
+    for head_dim, causal, programs, paged, dtype, tail in dynamic:
+        counter = {"dynamic": True, "dynamic_tail": tail, "paged_tma": paged}
         fn, args, constexprs, options = _plan_prefill_option(
-            head_dim, causal, programs, paged, dtype, dtype, paged_tma=paged, **{**schedule, "dynamic": True}
+            head_dim, causal, programs, paged, dtype, dtype, **{**schedule, **counter}
         )
-        assert constexprs["DYNAMIC"] and constexprs["PERSISTENT"]
-        labels = [(paged, "PAGED_TMA=True"), (dtype == fp8, "FP8")]
+        assert constexprs["DYNAMIC"] and constexprs["PERSISTENT"] and constexprs["DYNAMIC_TAIL"] == tail
+        labels = [(paged, "PAGED_TMA=True"), (dtype == fp8, "FP8"), (tail > 0, f"DYNAMIC_TAIL={tail}")]
         suffix = "".join(f" {label}" for wanted, label in labels if wanted)
         name = f"{fn.__name__}[hopper d{head_dim} CAUSAL={causal} PAGED={paged}{suffix} PERSISTENT DYNAMIC]"
         specs.append(dict(name=name, fn=fn, bound_args=args, constexprs=constexprs, options=options, gluon=True))

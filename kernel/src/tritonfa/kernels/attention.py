@@ -1149,6 +1149,7 @@ def _plan_hopper_prefill(
         config.ws_lean_softmax,
         config.ws_fp8_p_one_rounding,
         config.ws_dynamic,
+        config.ws_dynamic_tail,
     )  # fmt: skip
     return KernelLaunch(fn, grid, args, constexprs, options)
 

@@ -1076,6 +1076,27 @@ if HAS_GLUON:
         mbarrier.arrive(work_ready.index(slot), count=1)  # releases the store to the consumers' wait
 
     @gluon.jit
+    def _draw_ticket(sched_ptr, base, draw, num_warps: gl.constexpr):
+        # The next ticket of the dynamic grid's counter (sched_ptr + 1), drawn by the first thread where `draw`:
+        # relaxed (a ticket publishes nothing, so no GPU-wide fence before it) and left in that thread's register
+        # (no broadcast here), so the producer waits for it only where _ticket reads it, a work item later. The
+        # increment depends on `base` (always 1: base >= 0), so this program has read base before any ticket of its
+        # own is counted, and so before whoever draws the launch's last ticket moves base on
+        layout: gl.constexpr = gl.BlockedLayout([1], [32], [num_warps], [0])
+        lane = gl.arange(0, 32 * num_warps, layout)
+        ones = gl.full([32 * num_warps], 1, gl.int64, layout) + (base < 0).to(gl.int64)
+        # one address per thread (all but the first masked off): an address the same in every thread is made a
+        # warp-aggregated atomic whose result is broadcast, and so waited for, at once
+        return gl.atomic_add(sched_ptr + 1 + lane, ones, mask=(lane == 0) & draw, sem="relaxed", scope="gpu")
+
+    @gluon.jit
+    def _ticket(drawn, num_warps: gl.constexpr):
+        # _draw_ticket's ticket, for every thread
+        layout: gl.constexpr = gl.BlockedLayout([1], [32], [num_warps], [0])
+        lane = gl.arange(0, 32 * num_warps, layout)
+        return gl.max(gl.where(lane == 0, drawn, 0), axis=0)
+
+    @gluon.jit
     def _take_work(work_ids, work_ready, work_empty, taken, num_warps: gl.constexpr):
         # A consumer warpgroup's next work item from the producer (see _give_work)
         SLOTS: gl.constexpr = work_ids.type.shape[0]
@@ -1131,7 +1152,7 @@ if HAS_GLUON:
                              PAGED: gl.constexpr, PAGE_SIZE: gl.constexpr, PAGED_TMA: gl.constexpr,
                              HAS_SEQUSED: gl.constexpr, SEQ_FILTER: gl.constexpr, DECODE_MAX_Q: gl.constexpr,
                              FP8: gl.constexpr, VALID_D: gl.constexpr, sched_ptr, work_ids, work_ready, work_empty,
-                             DYNAMIC: gl.constexpr):  # fmt: skip
+                             DYNAMIC: gl.constexpr, DYNAMIC_TAIL: gl.constexpr):  # fmt: skip
         # The producer's walk over this program's work items: Q into the next of Q_BUFS buffers once the consumers
         # are done with it (QUANTIZE_Q: q_desc / q_bufs are the 16-bit q and its staging tiles), K/V blocks into the
         # ring, whose slots and phases run on from tile to tile.
@@ -1139,22 +1160,31 @@ if HAS_GLUON:
         # is ahead takes the next item instead of a fixed share; each goes to the consumers through work_ids. Every
         # program draws tickets until one is past the last item, so a launch hands out exactly total + programs
         # tickets, and whoever draws the last one moves base there for the next launch (no reset kernel).
+        # DYNAMIC_TAIL > 0: the fixed shares' whole rounds but the last DYNAMIC_TAIL go out in fixed shares (through
+        # the same hand-over), the rest from the counter: the balance at the end, the fixed order before it.
         it = gl.program_id(0) * 0  # K/V blocks loaded so far
         items = gl.program_id(0) * 0  # tiles loaded so far
         total = n_tile_slots * num_q_heads
+        programs = gl.num_programs(0)
         given = gl.program_id(0) * 0  # DYNAMIC: items handed to the consumers so far
+        fixed = gl.program_id(0) * 0  # DYNAMIC: items 0 .. fixed - 1 go out in fixed shares (whole rounds)
         if DYNAMIC:
             base = gl.load(sched_ptr)
-            work = (gl.atomic_add(sched_ptr + 1, 1) - base).to(gl.int32)
+            if DYNAMIC_TAIL > 0:
+                fixed = gl.maximum(total // programs - DYNAMIC_TAIL, 0) * programs
+            if fixed > 0:
+                work = gl.program_id(0)
+            else:
+                first = _draw_ticket(sched_ptr, base, True, gl.num_warps())
+                work = (_ticket(first, gl.num_warps()) - base).to(gl.int32)
         else:
             work = gl.program_id(0)
         while work < total:
             if DYNAMIC:
                 _give_work(work_ids, work_ready, work_empty, given, work, gl.num_warps())
                 given += 1
-                next_work = (gl.atomic_add(sched_ptr + 1, 1) - base).to(gl.int32)  # in flight during this item
-            else:
-                next_work = work + gl.num_programs(0)
+                # the next item's ticket is in flight during this item (read after _produce_work)
+                drawn = _draw_ticket(sched_ptr, base, work + programs >= fixed, gl.num_warps())
             it, items = _produce_work(work, it, items, q_desc, k_desc, v_desc, q_bufs, k_bufs, v_bufs, v_stage,
                 q_ready, q_empty, k_ready, v_ready, kv_empty, k_ptr, v_ptr, cu_seqlens_q_ptr, cu_seqlens_k_ptr,
                 seqused_k_ptr, block_table_ptr, num_seqs, total_q, total_k, num_cache_blocks, max_blocks,
@@ -1162,11 +1192,17 @@ if HAS_GLUON:
                 stride_v_head, k_rows_per_block, k_rows_per_head, k_cols_per_head, v_rows_per_block,
                 v_rows_per_head, v_cols_per_head, n_tile_slots, num_q_heads, GROUP, CAUSAL, PAGED, PAGE_SIZE,
                 PAGED_TMA, HAS_SEQUSED, SEQ_FILTER, DECODE_MAX_Q, FP8, VALID_D)  # fmt: skip
-            work = next_work
+            if DYNAMIC:
+                if work + programs < fixed:
+                    work = work + programs
+                else:
+                    work = fixed + (_ticket(drawn, gl.num_warps()) - base).to(gl.int32)
+            else:
+                work = work + programs
         if DYNAMIC:
             _give_work(work_ids, work_ready, work_empty, given, total, gl.num_warps())  # past the last: they stop
-            if work == total + gl.num_programs(0) - 1:
-                gl.store(sched_ptr, base + total + gl.num_programs(0))
+            if work == total + programs - 1:  # the last ticket: total - fixed items and one past the end per program
+                gl.store(sched_ptr, base + total - fixed + programs)
 
     @gluon.jit
     def _consume_work(work, it, items, q_bufs, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, kv_empty, turns,
@@ -1388,6 +1424,7 @@ if HAS_GLUON:
         # a mixed batch's decode launch is this launch's programmatic dependent (config `mixed_pdl`): let it start
         LAUNCH_DEPENDENTS: gl.constexpr,
         DYNAMIC: gl.constexpr,  # PERSISTENT: work items taken from a shared counter instead of a fixed share
+        DYNAMIC_TAIL: gl.constexpr,  # DYNAMIC: 0, every item from the counter; N, only the last N rounds' items
         num_warps: gl.constexpr,
     ):
         if LAUNCH_DEPENDENTS:
@@ -1507,7 +1544,7 @@ if HAS_GLUON:
                         k_rows_per_head, k_cols_per_head, v_rows_per_block, v_rows_per_head, v_cols_per_head,
                         n_tile_slots, num_q_heads, GROUP, CAUSAL, PAGED, PAGE_SIZE, PAGED_TMA, HAS_SEQUSED,
                         SEQ_FILTER, DECODE_MAX_Q, FP8, VALID_D, sched_ptr, work_ids, work_ready, work_empty,
-                        DYNAMIC)),
+                        DYNAMIC, DYNAMIC_TAIL)),
                 ],
                 [num_warps, PRODUCER_WARPS],
                 [WORKER_REGS, PERSISTENT_PRODUCER_REGS if not GATHER else PRODUCER_REGS_],
@@ -1670,7 +1707,7 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
                         paged_tma: bool = False, persistent_programs: int = 0, block_n: int = 0,
                         fp8_v16: bool = False, fp8_v16_contiguous: bool = False, p_per_tile: bool = False,
                         early_k_release: bool = False, lean_softmax: bool = False,
-                        fp8_p_one_rounding: bool = False, dynamic: bool = False):  # fmt: skip
+                        fp8_p_one_rounding: bool = False, dynamic: bool = False, dynamic_tail: int = 0):  # fmt: skip
     """(kernel, grid, args, constexprs, options) of one warp-specialized prefill launch; `supports` must hold.
 
     fp8 K/V: V is read from its key-major copy (`key_major_v`, made here); quantize_q rounds a 16-bit q to K's fp8
@@ -1688,6 +1725,7 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
     fp8_p_one_rounding: an fp8 P rounded to e4m3 once from fp32 (not through fp16), with the lean step.
     dynamic (persistent grid): the programs take tiles from a counter the launches on q's device share
     (`_scheduler`), not in fixed shares; launches on several streams at once would share it: one stream at a time.
+    dynamic_tail: > 0, only the items of the last that many rounds come from the counter (the rest in fixed shares).
     """
     total_q, num_q_heads, valid_d = q.shape
     head_dim = tile_head_dim(valid_d)  # the tiles' D; a smaller head size is padded (supports' pad_head_dim)
@@ -1818,6 +1856,7 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
         Q_BUFS=2 if persistent_programs > 0 and head_dim <= 128 and not quantize_q else 1,
         VALID_D=valid_d,
         DYNAMIC=dynamic and persistent_programs > 0,
+        DYNAMIC_TAIL=dynamic_tail if dynamic and persistent_programs > 0 else 0,
     )
     return attention_fwd_hopper_kernel, grid, args, constexprs, {"num_warps": NUM_WARPS}
 
