@@ -20,6 +20,7 @@ from attn_testing import (
     fp8_descale,
     make_inputs,
     run_kernel,
+    run_reference,
     scaled,
 )
 
@@ -390,9 +391,34 @@ def test_warp_specialized_dynamic_scheduling_matches_reference(monkeypatch, kv_l
         assert _plan(inputs)[0] == WS and _constexprs(inputs)["DYNAMIC"] and _constexprs(inputs)["DYNAMIC_TAIL"] == tail
         for causal in (True, False):
             check_against_reference(inputs, atol, rtol, causal=causal)
-            counter = attention_hopper._scheduler(inputs.q.device)
+            counter = attention_hopper._scheduler(inputs.q.device, torch.cuda.current_stream().cuda_stream)
             base, tickets = counter.tolist()
             assert base == tickets > 0, "every ticket handed out, base moved past them"
+
+
+@pytest.mark.skipif(not (ON_HOPPER and attention_hopper.HAS_GLUON), reason="Gluon kernels run on a Hopper GPU only")
+def test_dynamic_scheduling_on_two_streams_at_once(monkeypatch):
+    """Two dynamic-grid prefills running at once on two streams (the second queued while the first runs, the plan
+    of the second served from the cache): each stream draws from its own counter, so both are right and both
+    counters end with base == tickets."""
+    monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"ws_persistent": True, "ws_dynamic": True}}))
+    atol, rtol = TOLERANCES[torch.bfloat16]
+    calls = [make_inputs([2048, 1500, 3000], [2048, 1500, 3000], num_heads=(32, 8), head_size=128) for _ in range(3)]
+    expected = [run_reference(inputs, causal=True) for inputs in calls]
+    streams = [torch.cuda.Stream() for _ in calls]
+    torch.cuda.synchronize()
+    outs = []
+    for inputs, stream in zip(calls, streams):  # each launch queued while the one before may still run
+        with torch.cuda.stream(stream):
+            outs.append(run_kernel(inputs, causal=True))
+    torch.cuda.synchronize()
+    for out, want in zip(outs, expected):
+        torch.testing.assert_close(out.double(), want, atol=atol, rtol=rtol)
+    counters = [attention_hopper._scheduler(calls[0].q.device, stream.cuda_stream) for stream in streams]
+    assert len({c.data_ptr() for c in counters}) == len(streams), "a counter per stream"
+    for counter in counters:
+        base, tickets = counter.tolist()
+        assert base == tickets > 0
 
 
 @pytest.mark.skipif(not attention_hopper.HAS_GLUON, reason="this triton has no Gluon")

@@ -360,3 +360,49 @@ def test_a_bound_key_whose_views_do_not_fit_this_call_is_planned(fake_launches):
     through_launch.clear()
     attention_forward(*_fresh(args))
     assert len(kernel.runs) == runs_before and through_launch, "planned and launched as usual"
+
+
+def test_stream_state_is_one_buffer_per_stream_and_served_per_stream(monkeypatch):
+    """plan_cache.stream_state: make(device, stream) once per stream (the dynamic prefill grid's counter), the same
+    buffer for the same stream, another for another stream; a served plan gets the buffer of the stream current at
+    its call, as a scratch buffer is made anew (so launches on two streams at once never share a counter)."""
+    made = {}
+
+    def make(device, stream):
+        return made.setdefault((device, stream), torch.zeros(2, dtype=torch.int64))
+
+    class _Stream:
+        def __init__(self, handle):
+            self.cuda_stream = handle
+
+    current = [_Stream(7)]
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: current[0])
+    first = plan_cache.stream_state(make, "cuda")
+    assert plan_cache.stream_state(make, "cuda") is first, "the same stream: the same buffer"
+    spec = plan_cache._scratch_spec(first)
+    current[0] = _Stream(9)
+    (other,) = plan_cache._new_scratch([spec])
+    assert other is not first and other is made[(torch.device("cuda"), 9)], "a served call on another stream"
+    current[0] = _Stream(7)
+    assert plan_cache._new_scratch([spec])[0] is first
+    assert plan_cache.stream_state(make, "meta") is made[(torch.device("meta"), 0)], "no streams off CUDA"
+
+
+def test_dynamic_grid_plans_stay_cacheable(monkeypatch):
+    """The dynamic persistent prefill (config ws_dynamic, with a tail) holds its stream's counter: its plans are
+    served from the cache, equal to planning, counter for counter."""
+    import json
+
+    monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"ws_dynamic": True, "ws_dynamic_tail": 2}}))
+    plan_cache.clear()
+    first = _positional(_meta_inputs("hopper", torch.bfloat16, torch.bfloat16, 128, False, False, False))
+    for args in (first, _fresh(first)):
+        plan_cache.plan(plan_attention, args)
+    assert plan_cache._PLANS[plan_cache.call_key(first)][0] == "ready"
+    third = _fresh(first)
+    served = plan_cache.plan(plan_attention, third)
+    (prefill,) = [launch for launch in served if launch.constexprs.get("DYNAMIC")]
+    assert prefill.constexprs["DYNAMIC_TAIL"] == 2
+    assert plan_cache._same_launches(served, plan_attention(*third))
+    counters = [a for a in prefill.args if isinstance(a, torch.Tensor) and plan_cache._scratch_spec(a) is not None]
+    assert len(counters) == 1 and counters[0].shape == (2,) and counters[0].dtype == torch.int64

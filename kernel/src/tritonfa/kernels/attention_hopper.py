@@ -41,6 +41,7 @@ import torch
 import triton
 
 from tritonfa.fp8 import descale_strides, fp8_max, is_fp8, p_scale
+from tritonfa.kernels import plan_cache
 
 try:  # Gluon ships with triton >= 3.5; without it the launcher never picks this path
     from triton.experimental import gluon
@@ -1724,7 +1725,7 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
     packed two values per register as the P@V wants them (_to_p); the same arithmetic, fewer dependent steps.
     fp8_p_one_rounding: an fp8 P rounded to e4m3 once from fp32 (not through fp16), with the lean step.
     dynamic (persistent grid): the programs take tiles from a counter the launches on q's device share
-    (`_scheduler`), not in fixed shares; launches on several streams at once would share it: one stream at a time.
+    (`_scheduler`: one per stream, so launches on two streams at once do not share one), not in fixed shares.
     dynamic_tail: > 0, only the items of the last that many rounds come from the counter (the rest in fixed shares).
     """
     total_q, num_q_heads, valid_d = q.shape
@@ -1815,7 +1816,7 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
         seqused_k if seqused_k is not None else cu_seqlens_q,
         block_table if paged else cu_seqlens_q,
         *(d if d is not None else out for d in (q_descale, k_descale, v_descale)),
-        _scheduler(q.device) if dynamic and persistent_programs > 0 else cu_seqlens_q,
+        plan_cache.stream_state(_scheduler, q.device) if dynamic and persistent_programs > 0 else cu_seqlens_q,
         num_seqs, total_q, total_k, num_cache_blocks, max_blocks, float(softmax_scale),
         out.stride(0), out.stride(1), lse.stride(0) if lse is not None else 0,
         block_table.stride(0) if paged else 0, *kv_strides, *page_rows,
@@ -1862,9 +1863,10 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
 
 
 @functools.cache
-def _scheduler(device: torch.device) -> torch.Tensor:
-    """The dynamic persistent grid's counter on a device: int64 [base, tickets], zeroed once; every launch leaves
-    base equal to tickets (see _producer_persistent), so no launch resets it and CUDA graphs replay it as is."""
+def _scheduler(device: torch.device, stream: int) -> torch.Tensor:
+    """The dynamic persistent grid's counter of a stream: int64 [base, tickets], zeroed once; every launch leaves
+    base equal to tickets (see _producer_persistent), so no launch resets it and CUDA graphs replay it as is. One
+    per stream: two launches at once would draw each other's tickets (a graph holds its capture stream's)."""
     return torch.zeros(2, dtype=torch.int64, device=device)
 
 

@@ -57,7 +57,8 @@ def _root(t: torch.Tensor) -> torch.Tensor:
 
 def scratch(shape: tuple[int, ...], dtype: torch.dtype, device, fill: float | None = None) -> torch.Tensor:
     """A buffer that a plan's launches fill and read within the call (torch.empty, or torch.full with `fill`): the
-    plan cache gives a served call a new one of the same kind, so such plans stay cacheable."""
+    plan cache gives a served call a new one of the same kind, so such plans stay cacheable (see also
+    `stream_state`)."""
     if fill is None:
         t = torch.empty(shape, dtype=dtype, device=device)
     else:
@@ -66,12 +67,26 @@ def scratch(shape: tuple[int, ...], dtype: torch.dtype, device, fill: float | No
     return t
 
 
+def stream_state(make: Callable[[torch.device, int], torch.Tensor], device) -> torch.Tensor:
+    """A buffer that lives across calls, one per (device, current stream): make(device, stream id), which caches
+    it (e.g. a counter that the launches on a stream share, each leaving it ready for the next). A served call gets
+    its own stream's, as it gets scratch buffers of its own: launches on two streams at once never share one."""
+    device = torch.device(device)
+    stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
+    t = make(device, stream)
+    setattr(t, _SCRATCH_TAG, (tuple(t.shape), t.stride(), t.dtype, device, ("stream", make)))
+    return t
+
+
 def _scratch_spec(t: torch.Tensor):
     return getattr(t, _SCRATCH_TAG, None)
 
 
 def _new_scratch(specs: list) -> list[torch.Tensor]:
-    return [scratch(shape, dtype, device, fill) for shape, _, dtype, device, fill in specs]
+    return [
+        stream_state(fill[1], device) if isinstance(fill, tuple) else scratch(shape, dtype, device, fill)
+        for shape, _, dtype, device, fill in specs
+    ]
 
 
 def call_key(args: tuple) -> tuple:
