@@ -242,6 +242,8 @@ PLANS = {
                     "ws-paged-tma",
                     "ws-persistent-paged-tma",
                     "ws-bn128",
+                    "ws-dynamic",
+                    "ws-dynamic-tail2",
                 )
             },
             "mixed-pdl": {"mixed_pdl": True},
