@@ -54,9 +54,10 @@ PREFILL_VARIANTS = {
     "ws-fp8-bn64": {"ws_fp8": True, "fp8_q_for_fp8_kv": True, "ws_block_n": 64},
     "ws-flat": {"ws_persistent": False},  # one program per tile (the persistent grid is the Hopper default)
     "ws-dynamic": {"ws_dynamic": True},  # the persistent grid's tiles from a device counter, not fixed shares
-    # fixed shares but the last 1 / 2 rounds' items from the counter (the balance at the end only)
+    # fixed shares but the last 1 / 2 / 4 rounds' items from the counter (the balance at the end only)
     "ws-dynamic-tail1": {"ws_dynamic": True, "ws_dynamic_tail": 1},
     "ws-dynamic-tail2": {"ws_dynamic": True, "ws_dynamic_tail": 2},
+    "ws-dynamic-tail4": {"ws_dynamic": True, "ws_dynamic_tail": 4},
     "ws-fp8-paged": {"ws_fp8_paged": True},  # paged fp8 on the Gluon prefill (V transposed by the producer)
     "ws-fp8-paged-q8": {"ws_fp8_paged": True, "fp8_q_for_fp8_kv": True},
     # paged fp8 with V widened to fp16 by the producer and a 16-bit P@V (no transpose)
