@@ -5,8 +5,9 @@ ratios separate a 1% change from noise.
     python kernel/scripts/paired.py RESULTS/variants-prefill.jsonl [MORE.jsonl ...] [--baseline default]
 
 variants.py writes, per workload and round, the baseline first and then each variant; a variant's row is paired
-with the last baseline row of its workload before it in the same file. Rows that are not `ok` (a wrong output or a
-failed launch) pair with nothing and are counted.
+with the last baseline row of its workload and round before it in the same file (a file appended to by two runs
+repeats the round numbers). Rows that are not `ok` (a wrong output or a failed launch) pair with nothing and are
+counted.
 """
 
 from __future__ import annotations
@@ -22,21 +23,21 @@ def paired_ratios(rows: list[dict], baseline: str = "default") -> tuple[dict[tup
     """{(workload, variant): [variant ms / baseline ms - 1, ...]} over tritonfa rows in file order, and how many
     rows were left out (not ok, or no baseline before them)."""
     ratios: dict[tuple[str, str], list[float]] = defaultdict(list)
-    last: dict[str, float] = {}
+    last: dict[tuple[str, int], float] = {}  # (workload, round) -> the baseline's ms
     left_out = 0
     for row in rows:
         if row.get("impl") != "tritonfa":
             continue
-        workload, variant = row["workload"], row["variant"]
+        workload, variant, key = row["workload"], row["variant"], (row["workload"], row.get("round", 0))
         if row.get("status") != "ok":
             left_out += 1
             if variant == baseline:
-                last.pop(workload, None)  # nothing to pair the next variants with
+                last.pop(key, None)  # nothing to pair the next variants with
             continue
         if variant == baseline:
-            last[workload] = row["ms"]
-        elif workload in last:
-            ratios[(workload, variant)].append(row["ms"] / last[workload] - 1)
+            last[key] = row["ms"]
+        elif key in last:
+            ratios[(workload, variant)].append(row["ms"] / last[key] - 1)
         else:
             left_out += 1
     return ratios, left_out

@@ -6,19 +6,20 @@ import pytest
 from attn_testing import load_script
 
 
-def _row(workload, variant, ms, status="ok", impl="tritonfa"):
-    return dict(workload=workload, variant=variant, ms=ms, status=status, impl=impl)
+def _row(workload, variant, ms, status="ok", impl="tritonfa", round=0):
+    return dict(workload=workload, variant=variant, ms=ms, status=status, impl=impl, round=round)
 
 
 def test_each_variant_pairs_with_its_rounds_baseline():
     tool = load_script("paired")
     rows = [
         _row("a", "default", 1.0), _row("a", "x", 0.9), _row("a", "y", 1.2),
-        _row("a", "default", 2.0), _row("a", "x", 2.2), _row("a", "y", 2.0),
+        _row("a", "default", 2.0, round=1), _row("a", "x", 2.2, round=1), _row("a", "y", 2.0, round=1),
         _row("b", "default", 4.0), _row("b", "x", 3.0), _row("fa3", "fa3", 0.1, impl="fa3"),
+        _row("b", "x", 5.0, round=1),  # round 1 of b has no baseline: left out
     ]  # fmt: skip
     ratios, left_out = tool.paired_ratios(rows)
-    assert left_out == 0
+    assert left_out == 1
     assert ratios[("a", "x")] == pytest.approx([-0.1, 0.1]) and ratios[("a", "y")] == pytest.approx([0.2, 0.0])
     assert ratios[("b", "x")] == pytest.approx([-0.25])
     (a_x,) = [s for s in tool.summarize(ratios) if (s["workload"], s["variant"]) == ("a", "x")]
