@@ -58,6 +58,10 @@ PREFILL_VARIANTS = {
     "ws-dynamic-tail1": {"ws_dynamic": True, "ws_dynamic_tail": 1},
     "ws-dynamic-tail2": {"ws_dynamic": True, "ws_dynamic_tail": 2},
     "ws-dynamic-tail4": {"ws_dynamic": True, "ws_dynamic_tail": 4},
+    # causal launches: the persistent grid's tiles longest first across sequences (tile index major), alone and with
+    # the dynamic tail
+    "ws-tile-major": {"ws_tile_major": True},
+    "ws-tile-major-tail2": {"ws_tile_major": True, "ws_dynamic": True, "ws_dynamic_tail": 2},
     "ws-fp8-paged": {"ws_fp8_paged": True},  # paged fp8 on the Gluon prefill (V transposed by the producer)
     "ws-fp8-paged-q8": {"ws_fp8_paged": True, "fp8_q_for_fp8_kv": True},
     # paged fp8 with V widened to fp16 by the producer and a 16-bit P@V (no transpose)

@@ -135,6 +135,10 @@ class AttentionConfig:
     # shares (0: every item from the counter). Session 30 (H100): the fully dynamic grid's SMs end within 10 us but
     # each item costs more than in fixed shares (varlen +6% mean SM busy time); this keeps the fixed order but the end
     ws_dynamic_tail: int = 0
+    # Gluon prefill, persistent grid, causal: the tiles walked tile index major (every sequence's last tile, then
+    # every sequence's tile before it, ...: longest first across a varlen batch) instead of sequence by sequence
+    # (whose causal cost is a sawtooth that leaves long tiles in the last rounds)
+    ws_tile_major: bool = False
     ws_block_n: int = 0  # Gluon prefill: keys per block, 64 or 128 (0: attention_hopper.tiles_for's)
     # Gluon prefill: 16-bit head sizes other than 64/128/256 (multiples of 8, e.g. 80, 96) in tiles of the next of
     # those instead of the portable kernel (Hopper: on)

@@ -1150,6 +1150,7 @@ def _plan_hopper_prefill(
         config.ws_fp8_p_one_rounding,
         config.ws_dynamic,
         config.ws_dynamic_tail,
+        config.ws_tile_major,
     )  # fmt: skip
     return KernelLaunch(fn, grid, args, constexprs, options)
 
