@@ -272,13 +272,13 @@ if HAS_GLUON:
         # tile before it: longest first across the batch under a causal mask.
         if TILE_MAJOR:
             seq = tile_id % num_seqs
-            seq_q_start = gl.load(cu_seqlens_q_ptr + seq)
-            seq_q_len = gl.minimum(gl.load(cu_seqlens_q_ptr + seq + 1), total_q) - seq_q_start
-            tile_in_seq = tile_id // num_seqs
         else:
             seq = _find_sequence(cu_seqlens_q_ptr, tile_id, num_seqs, BLOCK_M, PROBES, num_warps)
-            seq_q_start = gl.load(cu_seqlens_q_ptr + seq)
-            seq_q_len = gl.minimum(gl.load(cu_seqlens_q_ptr + seq + 1), total_q) - seq_q_start
+        seq_q_start = gl.load(cu_seqlens_q_ptr + seq)
+        seq_q_len = gl.minimum(gl.load(cu_seqlens_q_ptr + seq + 1), total_q) - seq_q_start
+        if TILE_MAJOR:
+            tile_in_seq = tile_id // num_seqs
+        else:
             tile_in_seq = tile_id - (seq_q_start // BLOCK_M + seq)
         tiles_in_seq = gl.cdiv(seq_q_len, BLOCK_M)
         skip = tile_in_seq >= tiles_in_seq
