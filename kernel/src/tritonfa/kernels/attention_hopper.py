@@ -1212,8 +1212,9 @@ if HAS_GLUON:
             if DYNAMIC:
                 _give_work(work_ids, work_ready, work_empty, given, work, gl.num_warps())
                 given += 1
+                next_fixed = work + programs < fixed  # the next item still a fixed share, else a ticket
                 # the next item's ticket is in flight during this item (read after _produce_work)
-                drawn = _draw_ticket(sched_ptr, base, work + programs >= fixed, gl.num_warps())
+                drawn = _draw_ticket(sched_ptr, base, not next_fixed, gl.num_warps())
             it, items = _produce_work(work, it, items, q_desc, k_desc, v_desc, q_bufs, k_bufs, v_bufs, v_stage,
                 q_ready, q_empty, k_ready, v_ready, kv_empty, k_ptr, v_ptr, cu_seqlens_q_ptr, cu_seqlens_k_ptr,
                 seqused_k_ptr, block_table_ptr, num_seqs, total_q, total_k, num_cache_blocks, max_blocks,
@@ -1222,7 +1223,7 @@ if HAS_GLUON:
                 v_rows_per_head, v_cols_per_head, n_tile_slots, num_q_heads, GROUP, CAUSAL, PAGED, PAGE_SIZE,
                 PAGED_TMA, HAS_SEQUSED, SEQ_FILTER, DECODE_MAX_Q, FP8, VALID_D, TILE_MAJOR)  # fmt: skip
             if DYNAMIC:
-                if work + programs < fixed:
+                if next_fixed:
                     work = work + programs
                 else:
                     work = fixed + (_ticket(drawn, gl.num_warps()) - base).to(gl.int32)
@@ -1392,7 +1393,7 @@ if HAS_GLUON:
         q_descale_ptr,  # fp32, [batch | broadcast, Hk | broadcast] (HAS_Q_DESCALE); likewise k and v
         k_descale_ptr,
         v_descale_ptr,
-        sched_ptr,  # DYNAMIC: int64 [base, tickets], shared by the launches on this device (_producer_persistent)
+        sched_ptr,  # DYNAMIC: int64 [base, tickets], shared by the launches on one stream (_producer_persistent)
         num_seqs,
         total_q,  # rows of q / out: no store goes past them, whatever cu_seqlens_q holds
         total_k,  # rows of contiguous k / v
