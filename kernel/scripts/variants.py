@@ -53,11 +53,17 @@ PREFILL_VARIANTS = {
     # fp8 with 64-key blocks: no spills (two-level P@V spills 24 instructions in the 128-key loop), 37% more per key
     "ws-fp8-bn64": {"ws_fp8": True, "fp8_q_for_fp8_kv": True, "ws_block_n": 64},
     "ws-flat": {"ws_persistent": False},  # one program per tile (the persistent grid is the Hopper default)
-    "ws-dynamic": {"ws_dynamic": True},  # the persistent grid's tiles from a device counter, not fixed shares
+    "ws-static": {"ws_dynamic": False},  # the persistent grid's fixed shares only (Hopper's default before session 31)
+    # every tile from a device counter, on every persistent launch (the default: the last 4 rounds, causal, contiguous)
+    "ws-dynamic": {"ws_dynamic": True, "ws_dynamic_tail": 0},
     # fixed shares but the last 1 / 2 / 4 rounds' items from the counter (the balance at the end only)
     "ws-dynamic-tail1": {"ws_dynamic": True, "ws_dynamic_tail": 1},
     "ws-dynamic-tail2": {"ws_dynamic": True, "ws_dynamic_tail": 2},
     "ws-dynamic-tail4": {"ws_dynamic": True, "ws_dynamic_tail": 4},
+    "ws-dynamic-tail6": {"ws_dynamic": True, "ws_dynamic_tail": 6},
+    "ws-dynamic-tail8": {"ws_dynamic": True, "ws_dynamic_tail": 8},
+    # the default's dynamic tail on paged K/V too (TMA pages ran 25% slower with it, session 31)
+    "ws-dynamic-paged": {"ws_dynamic_paged": True},
     # causal launches: the persistent grid's tiles longest first across sequences (tile index major), alone and with
     # the dynamic tail
     "ws-tile-major": {"ws_tile_major": True},
@@ -247,8 +253,10 @@ PLANS = {
                     "ws-paged-tma",
                     "ws-persistent-paged-tma",
                     "ws-bn128",
+                    "ws-static",
                     "ws-dynamic",
                     "ws-dynamic-tail2",
+                    "ws-dynamic-paged",
                 )
             },
             "mixed-pdl": {"mixed_pdl": True},

@@ -356,17 +356,25 @@ def test_warp_specialized_persistent_matches_reference(monkeypatch, head_size, c
 @pytest.mark.skipif(not attention_hopper.HAS_GLUON, reason="this triton has no Gluon")
 def test_dynamic_scheduling_is_planned_on_the_persistent_grid_only(monkeypatch):
     inputs = make_inputs([300, 40], [300, 40], num_heads=(8, 2), head_size=128)
-    monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"ws_dynamic": True}}))
+    monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"ws_dynamic": True, "ws_dynamic_tail": 0}}))
     constexprs = _constexprs(inputs)
     assert constexprs["PERSISTENT"] and constexprs["DYNAMIC"] and constexprs["DYNAMIC_TAIL"] == 0
     monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"ws_dynamic": True, "ws_dynamic_tail": 3}}))
     assert _constexprs(inputs)["DYNAMIC_TAIL"] == 3, "only the last 3 rounds from the counter"
-    monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"ws_dynamic_tail": 3}}))
-    assert _constexprs(inputs)["DYNAMIC_TAIL"] == 0, "a tail of nothing: fixed shares"
+    monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"ws_dynamic": False, "ws_dynamic_tail": 3}}))
+    assert not _constexprs(inputs)["DYNAMIC"] and _constexprs(inputs)["DYNAMIC_TAIL"] == 0, "fixed shares only"
     monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"ws_dynamic": True, "ws_persistent": False}}))
     assert not _constexprs(inputs)["DYNAMIC"], "one program per tile: nothing to schedule"
     monkeypatch.delenv("TRITONFA_CONFIG")
-    assert not _constexprs(inputs)["DYNAMIC"], "opt-in"
+    constexprs = _constexprs(inputs)
+    assert constexprs["DYNAMIC"] and constexprs["DYNAMIC_TAIL"] == 4, "Hopper's default: the last 4 rounds dynamic"
+    assert not _constexprs(inputs, window_right=-1)["DYNAMIC"], "non-causal (equal tiles): fixed shares"
+    paged = make_inputs([300, 40], [300, 40], num_heads=(8, 2), head_size=128, kv_layout="paged")
+    assert _constexprs(paged)["PERSISTENT"] and not _constexprs(paged)["DYNAMIC"], "TMA pages: fixed shares"
+    monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"ws_dynamic_paged": True}}))
+    assert _constexprs(paged)["DYNAMIC"] and not _constexprs(paged, window_right=-1)["DYNAMIC"]
+    monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"ws_dynamic": True}}))
+    assert _constexprs(inputs, window_right=-1)["DYNAMIC"], "True: non-causal launches too"
 
 
 @pytest.mark.skipif(not (ON_HOPPER and attention_hopper.HAS_GLUON), reason="Gluon kernels run on a Hopper GPU only")
@@ -380,7 +388,7 @@ def test_warp_specialized_dynamic_scheduling_matches_reference(monkeypatch, kv_l
     decodes (on the decode launch). tail 2 (`ws_dynamic_tail`): fixed shares but the last two rounds, whose items
     come from the counter (the batches have 9-90 rounds at D 128, half that at D 64: two programs per SM)."""
     config = {"ws_persistent": True, "ws_dynamic": True, "ws_paged_tma": kv_layout == "paged-tma"}
-    config["ws_dynamic_tail"] = tail
+    config.update(ws_dynamic_tail=tail, ws_dynamic_paged=kv_layout != "contiguous")
     monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": config}))
     paged = kv_layout != "contiguous"
     atol, rtol = TOLERANCES[torch.bfloat16]
@@ -419,7 +427,13 @@ def test_tile_major_order_computes_every_tile_once(monkeypatch, kv_layout, head_
     max_seqlen_q smaller than the longest sequence (it only chooses the plan: the kernel counts the tiles itself)."""
     monkeypatch.setenv("TRITONFA_VALIDATE", "0")  # a max_seqlen_q too small is what content validation rejects
     paged = kv_layout != "contiguous"
-    order = {"ws_tile_major": True, "ws_paged_tma": paged, "ws_dynamic": tail > 0, "ws_dynamic_tail": tail}
+    order = {
+        "ws_tile_major": True,
+        "ws_paged_tma": paged,
+        "ws_dynamic": tail > 0,
+        "ws_dynamic_tail": tail,
+        "ws_dynamic_paged": paged,
+    }
     for seqlens_q in ([1, 0, 129, 1000, 77, 3000, 3], [random.choice([0, 1, 130, 600]) for _ in range(150)]):
         seqlens_k = [n + random.choice([0, 0, 5, 60]) for n in seqlens_q]
         inputs = make_inputs(seqlens_q, seqlens_k, num_heads=(32, 8), head_size=head_size,
@@ -442,7 +456,8 @@ def test_dynamic_scheduling_on_two_streams_at_once(monkeypatch):
     """Two dynamic-grid prefills running at once on two streams (the second queued while the first runs, the plan
     of the second served from the cache): each stream draws from its own counter, so both are right and both
     counters end with base == tickets."""
-    monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"ws_persistent": True, "ws_dynamic": True}}))
+    config = {"ws_persistent": True, "ws_dynamic": True, "ws_dynamic_tail": 0}
+    monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": config}))
     atol, rtol = TOLERANCES[torch.bfloat16]
     calls = [make_inputs([2048, 1500, 3000], [2048, 1500, 3000], num_heads=(32, 8), head_size=128) for _ in range(3)]
     expected = [run_reference(inputs, causal=True) for inputs in calls]
@@ -1056,10 +1071,12 @@ def test_widened_copy_served_from_the_plan_cache(kv_layout):
     plan_cache.clear()
     for seed in range(4):
         torch.manual_seed(seed)
+        random.seed(1)  # one geometry: the random spans past each sequence (and the pages) alike in every call
         inputs = _fp8_kv_batch(128, torch.bfloat16, kv_layout)
         assert _plan(inputs)[:2] == [WIDEN, WS]
         check_low_precision(inputs, causal=True)
     served = [entry for entry in plan_cache._PLANS.values() if entry != plan_cache._UNCACHEABLE]
+    assert len(served) == 1, "one geometry"
     assert any(entry[0] == "bound" and entry[1][1] for entry in served), "bound, with scratch buffers"
 
 

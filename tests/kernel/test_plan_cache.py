@@ -151,13 +151,16 @@ def test_kernel_through_the_cache_matches_the_reference(kv_layout):
 
 
 def _scratch_of(launches: list) -> list[torch.Tensor]:
+    """The per-call scratch buffers of launches (not a stream's state, e.g. the dynamic grid's counter: one per
+    stream, kept across calls)."""
     roots = []
     for launch in launches:
         for value in launch.args:
             t = getattr(value, "base", value)
             if isinstance(t, torch.Tensor):
                 root = plan_cache._root(t)
-                if plan_cache._scratch_spec(root) is not None and all(root is not r for r in roots):
+                spec = plan_cache._scratch_spec(root)
+                if spec is not None and not isinstance(spec[-1], tuple) and all(root is not r for r in roots):
                     roots.append(root)
     return roots
 

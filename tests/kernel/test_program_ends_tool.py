@@ -45,7 +45,7 @@ def test_a_variant_becomes_the_process_config(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(SystemExit, match="stamps GPU programs"):
         tool.main(["--only", "^prefill-varlen16-causal$", "--variant", "ws-dynamic"])
-    assert json.loads(os.environ["TRITONFA_CONFIG"]) == {"ws_dynamic": True}
+    assert json.loads(os.environ["TRITONFA_CONFIG"]) == {"ws_dynamic": True, "ws_dynamic_tail": 0}
     monkeypatch.delenv("TRITONFA_CONFIG")
     with pytest.raises(SystemExit):
         tool.main(["--only", "^prefill-varlen16-causal$"])

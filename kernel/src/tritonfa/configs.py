@@ -127,14 +127,18 @@ class AttentionConfig:
     # one's end) instead of one program per tile
     ws_persistent: bool = False
     # Gluon prefill, persistent grid: the programs take tiles from a device counter (one atomic per tile, in flight
-    # during the tile before) instead of fixed shares, so a program that runs ahead takes more. Opt-in: session 8
-    # measured it on the H200 (varlen -2%, b1x8192 and mixed slower) before session 29 saw the fixed shares' programs
-    # end 208 us apart on equal tiles (b4x4096 non-causal, H100)
-    ws_dynamic: bool = False
+    # during the tile before) instead of fixed shares, so a program that runs ahead takes more: True for every
+    # launch, "causal" for causal ones (Hopper: "causal", with a tail of 4; H100, session 31, against fixed shares:
+    # varlen16 -2.2%, b1x8192 -2.5%, b8x2048 -1.5%, fp8 b8x2048 -1.7%, but b4x4096 non-causal +1.4%, whose tiles are
+    # equal). Session 8 (H200) measured it fully dynamic: varlen -2%, b1x8192 and mixed slower
+    ws_dynamic: bool | str = False
     # ws_dynamic: only the items of the last N rounds (N x programs) come from the counter, the rest go out in fixed
     # shares (0: every item from the counter). Session 30 (H100): the fully dynamic grid's SMs end within 10 us but
     # each item costs more than in fixed shares (varlen +6% mean SM busy time); this keeps the fixed order but the end
     ws_dynamic_tail: int = 0
+    # ws_dynamic on paged K/V too: off, the TMA-page producer ran 25% slower with it (H100, session 31, b8x2048 causal
+    # paged, tails 2 and 4; its sm_90 SASS has 3x the collective fallbacks around the per-page TMA issues)
+    ws_dynamic_paged: bool = False
     # Gluon prefill, persistent grid, causal: the tiles walked tile index major (every sequence's last tile, then
     # every sequence's tile before it, ...: longest first across a varlen batch) instead of sequence by sequence
     # (whose causal cost is a sawtooth that leaves long tiles in the last rounds)
@@ -215,6 +219,8 @@ _HOPPER_PREFILL = dict(
     ws_early_k_release=True,
     ws_lean_softmax=True,
     ws_fp8_p_one_rounding=True,
+    ws_dynamic="causal",
+    ws_dynamic_tail=4,
     mixed_pdl=True,
 )
 

@@ -465,8 +465,9 @@ def _hopper_prefill_specs() -> list[dict[str, Any]]:
         specs.append(dict(name=name, fn=fn, bound_args=args, constexprs=constexprs, options=options, gluon=True))
     # the prefill of a mixed batch that lets its decode launch start early (config `mixed_pdl`, Hopper's default; the
     # dispatcher plans above compile the decode side, PDL_WAIT)
-    fn, args, constexprs, options = _plan_prefill_option(128, True, 132, False, bf16, bf16, **schedule)
-    name = f"{fn.__name__}[hopper d128 CAUSAL=True PAGED=False PERSISTENT LAUNCH_DEPENDENTS]"
+    fn, args, constexprs, options = _plan_prefill_option(128, True, 132, False, bf16, bf16, dynamic=True,
+                                                         dynamic_tail=hopper.ws_dynamic_tail, **schedule)  # fmt: skip
+    name = f"{fn.__name__}[hopper d128 CAUSAL=True PAGED=False PERSISTENT DYNAMIC LAUNCH_DEPENDENTS]"
     specs.append(dict(name=name, fn=fn, bound_args=args, constexprs={**constexprs, "LAUNCH_DEPENDENTS": True},
                       options=options, gluon=True))  # fmt: skip
     # fp8 P rounded once (config `ws_fp8_p_one_rounding`, Hopper's default) where P meets key-major fp8 V: non-causal
@@ -486,12 +487,14 @@ def _hopper_prefill_specs() -> list[dict[str, Any]]:
         suffix = "".join(f" {label}" for wanted, label in labels if wanted)
         name = f"{fn.__name__}[hopper d{head_dim} CAUSAL={causal} FP8{suffix}]"
         specs.append(dict(name=name, fn=fn, bound_args=args, constexprs=constexprs, options=options, gluon=True))
-    # the persistent grid taking its tiles from a device counter (config `ws_dynamic`, opt-in): 16-bit D 128 on both
-    # masks, D 64 (two programs per SM), pages through TMA, fp8 at D 64; and only the last rounds from the counter
-    # (config `ws_dynamic_tail`) at D 128 causal
+    # the persistent grid taking its tiles from a device counter (config `ws_dynamic`): 16-bit D 128 on both masks,
+    # D 64 (two programs per SM), pages through TMA (`ws_dynamic_paged`), fp8 at D 64; only the last rounds from the
+    # counter (`ws_dynamic_tail`): Hopper's default (causal, contiguous K/V) at D 128 and 64, 16-bit and fp8, and 2
+    tail = hopper.ws_dynamic_tail
     dynamic = [(128, True, 132, False, bf16, 0), (128, False, 132, False, bf16, 0), (64, True, 264, False, bf16, 0),
-               (128, True, 132, True, bf16, 0), (64, False, 264, False, fp8, 0),
-               (128, True, 132, False, bf16, 2)]  # fmt: skip
+               (128, True, 132, True, bf16, 0), (64, False, 264, False, fp8, 0), (128, True, 132, False, bf16, 2),
+               (128, True, 132, False, bf16, tail), (64, True, 264, False, bf16, tail),
+               (64, True, 264, False, fp8, tail)]  # fmt: skip
     for head_dim, causal, programs, paged, dtype, tail in dynamic:
         counter = {"dynamic": True, "dynamic_tail": tail, "paged_tma": paged}
         fn, args, constexprs, options = _plan_prefill_option(

@@ -1148,11 +1148,17 @@ def _plan_hopper_prefill(
         config.ws_early_k_release,
         config.ws_lean_softmax,
         config.ws_fp8_p_one_rounding,
-        config.ws_dynamic,
+        _dynamic_grid(config, causal, block_table is not None),
         config.ws_dynamic_tail,
         config.ws_tile_major,
     )  # fmt: skip
     return KernelLaunch(fn, grid, args, constexprs, options)
+
+
+def _dynamic_grid(config: AttentionConfig, causal: bool, paged: bool) -> bool:
+    """Whether a persistent Gluon prefill takes tiles from the counter (configs `ws_dynamic`, `ws_dynamic_paged`)."""
+    wanted = config.ws_dynamic is True or (config.ws_dynamic == "causal" and causal)
+    return wanted and (config.ws_dynamic_paged or not paged)
 
 
 def _persistent_fits(head_dim: int, fp8: bool, paged: bool, causal: bool, config: AttentionConfig,
