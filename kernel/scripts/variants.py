@@ -64,6 +64,11 @@ PREFILL_VARIANTS = {
     "ws-dynamic-tail8": {"ws_dynamic": True, "ws_dynamic_tail": 8},
     # the default's dynamic tail on paged K/V too (TMA pages ran 25% slower with it, session 31)
     "ws-dynamic-paged": {"ws_dynamic_paged": True},
+    # the drawn item made warp-uniform for the producer (config ws_uniform_ticket): with the default's tail, on pages
+    # too, and every tile from the counter
+    "ws-uniform-ticket": {"ws_uniform_ticket": True},
+    "ws-uniform-ticket-paged": {"ws_uniform_ticket": True, "ws_dynamic_paged": True},
+    "ws-dynamic-uniform": {"ws_dynamic": True, "ws_dynamic_tail": 0, "ws_uniform_ticket": True},
     # causal launches: the persistent grid's tiles longest first across sequences (tile index major), alone and with
     # the dynamic tail
     "ws-tile-major": {"ws_tile_major": True},
@@ -257,6 +262,7 @@ PLANS = {
                     "ws-dynamic",
                     "ws-dynamic-tail2",
                     "ws-dynamic-paged",
+                    "ws-uniform-ticket-paged",
                 )
             },
             "mixed-pdl": {"mixed_pdl": True},

@@ -375,20 +375,24 @@ def test_dynamic_scheduling_is_planned_on_the_persistent_grid_only(monkeypatch):
     assert _constexprs(paged)["DYNAMIC"] and not _constexprs(paged, window_right=-1)["DYNAMIC"]
     monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"ws_dynamic": True}}))
     assert _constexprs(inputs, window_right=-1)["DYNAMIC"], "True: non-causal launches too"
+    assert not _constexprs(inputs)["UNIFORM_TICKET"], "opt-in"
+    monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"ws_uniform_ticket": True}}))
+    assert _constexprs(inputs)["UNIFORM_TICKET"] and not _constexprs(inputs, window_right=-1)["UNIFORM_TICKET"]
 
 
 @pytest.mark.skipif(not (ON_HOPPER and attention_hopper.HAS_GLUON), reason="Gluon kernels run on a Hopper GPU only")
 @pytest.mark.parametrize("kv_layout", ["contiguous", "paged-gather", "paged-tma"])
 @pytest.mark.parametrize("head_size", [64, 128])
-@pytest.mark.parametrize("tail", [0, 2])
-def test_warp_specialized_dynamic_scheduling_matches_reference(monkeypatch, kv_layout, head_size, tail):
+@pytest.mark.parametrize("tail, uniform", [(0, False), (2, False), (4, True)])
+def test_warp_specialized_dynamic_scheduling_matches_reference(monkeypatch, kv_layout, head_size, tail, uniform):
     """The persistent grid taking tiles from the shared counter (config `ws_dynamic`), launch after launch: every
     launch hands out each tile once and leaves the counter ready for the next (base == tickets), whatever the batch:
     causal varlen lengths (tiles of very different lengths), empty sequences, rows that see no key, a mixed batch's
     decodes (on the decode launch). tail 2 (`ws_dynamic_tail`): fixed shares but the last two rounds, whose items
-    come from the counter (the batches have 9-90 rounds at D 128, half that at D 64: two programs per SM)."""
+    come from the counter (the batches have 9-90 rounds at D 128, half that at D 64: two programs per SM). uniform
+    (`ws_uniform_ticket`): the drawn item through a warp reduction (one producer warp with TMA, four gathering)."""
     config = {"ws_persistent": True, "ws_dynamic": True, "ws_paged_tma": kv_layout == "paged-tma"}
-    config.update(ws_dynamic_tail=tail, ws_dynamic_paged=kv_layout != "contiguous")
+    config.update(ws_dynamic_tail=tail, ws_dynamic_paged=kv_layout != "contiguous", ws_uniform_ticket=uniform)
     monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": config}))
     paged = kv_layout != "contiguous"
     atol, rtol = TOLERANCES[torch.bfloat16]
@@ -396,7 +400,9 @@ def test_warp_specialized_dynamic_scheduling_matches_reference(monkeypatch, kv_l
         seqlens_k = [n + random.choice([0, 0, 5, 60]) for n in seqlens_q]
         inputs = make_inputs(seqlens_q, seqlens_k, num_heads=(32, 8), head_size=head_size,
                              kv_layout="paged_kv_interleaved" if paged else "contiguous")  # fmt: skip
-        assert _plan(inputs)[0] == WS and _constexprs(inputs)["DYNAMIC"] and _constexprs(inputs)["DYNAMIC_TAIL"] == tail
+        constexprs = _constexprs(inputs)
+        assert _plan(inputs)[0] == WS and constexprs["DYNAMIC"] and constexprs["DYNAMIC_TAIL"] == tail
+        assert constexprs["UNIFORM_TICKET"] == uniform
         for causal in (True, False):
             check_against_reference(inputs, atol, rtol, causal=causal)
             counter = attention_hopper._scheduler(inputs.q.device, torch.cuda.current_stream().cuda_stream)

@@ -139,6 +139,10 @@ class AttentionConfig:
     # ws_dynamic on paged K/V too: off, the TMA-page producer ran 25% slower with it (H100, session 31, b8x2048 causal
     # paged, tails 2 and 4; its sm_90 SASS has 3x the collective fallbacks around the per-page TMA issues)
     ws_dynamic_paged: bool = False
+    # ws_dynamic: the drawn item made provably warp-uniform (a `redux.sync`) before the producer branches on it. Without
+    # it ptxas guards the producer's loop for divergence: sm_90 SASS, D 128 causal, tail 4, contiguous 24 WARPSYNC
+    # (fixed shares: 1), TMA pages 52 WARPSYNC, 45 BSSY and 62 TMA issue sites (1 / 10 / 34); with it 1 / 14 / 34
+    ws_uniform_ticket: bool = False
     # Gluon prefill, persistent grid, causal: the tiles walked tile index major (every sequence's last tile, then
     # every sequence's tile before it, ...: longest first across a varlen batch) instead of sequence by sequence
     # (whose causal cost is a sawtooth that leaves long tiles in the last rounds)

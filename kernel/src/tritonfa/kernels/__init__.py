@@ -496,7 +496,7 @@ def _hopper_prefill_specs() -> list[dict[str, Any]]:
                (128, True, 132, False, bf16, tail), (64, True, 264, False, bf16, tail),
                (64, True, 264, False, fp8, tail)]  # fmt: skip
     for head_dim, causal, programs, paged, dtype, tail in dynamic:
-        counter = {"dynamic": True, "dynamic_tail": tail, "paged_tma": paged}
+        counter = {"dynamic": True, "dynamic_tail": tail, "paged_tma": paged, "uniform_ticket": False}
         fn, args, constexprs, options = _plan_prefill_option(
             head_dim, causal, programs, paged, dtype, dtype, **{**schedule, **counter}
         )
@@ -504,6 +504,21 @@ def _hopper_prefill_specs() -> list[dict[str, Any]]:
         labels = [(paged, "PAGED_TMA=True"), (dtype == fp8, "FP8"), (tail > 0, f"DYNAMIC_TAIL={tail}")]
         suffix = "".join(f" {label}" for wanted, label in labels if wanted)
         name = f"{fn.__name__}[hopper d{head_dim} CAUSAL={causal} PAGED={paged}{suffix} PERSISTENT DYNAMIC]"
+        specs.append(dict(name=name, fn=fn, bound_args=args, constexprs=constexprs, options=options, gluon=True))
+    # the drawn item made warp-uniform (config `ws_uniform_ticket`) with the default's tail: contiguous and TMA pages
+    # at D 128, gathered pages (four producer warps) at D 64
+    for head_dim, programs, paged, paged_tma in (
+        (128, 132, False, False),
+        (128, 132, True, True),
+        (64, 264, True, False),
+    ):
+        uniform = {"dynamic": True, "dynamic_tail": tail, "paged_tma": paged_tma, "uniform_ticket": True}
+        fn, args, constexprs, options = _plan_prefill_option(
+            head_dim, True, programs, paged, bf16, bf16, **{**schedule, **uniform}
+        )
+        assert constexprs["UNIFORM_TICKET"] and constexprs["PAGED_TMA"] == paged_tma
+        suffix = f" PAGED_TMA={paged_tma}" if paged else ""
+        name = f"{fn.__name__}[hopper d{head_dim} CAUSAL=True PAGED={paged}{suffix} PERSISTENT DYNAMIC UNIFORM_TICKET]"
         specs.append(dict(name=name, fn=fn, bound_args=args, constexprs=constexprs, options=options, gluon=True))
     # the persistent grid's tiles tile index major (config `ws_tile_major`, opt-in): alone at D 128 causal, with the
     # dynamic tail at D 64 (two programs per SM) on TMA pages

@@ -1115,11 +1115,25 @@ if HAS_GLUON:
         return gl.atomic_add(sched_ptr + 1 + lane, ones, mask=(lane == 0) & draw, sem="relaxed", scope="gpu")
 
     @gluon.jit
-    def _ticket(drawn, num_warps: gl.constexpr):
-        # _draw_ticket's ticket, for every thread
+    def _ticket(drawn, base, num_warps: gl.constexpr, UNIFORM: gl.constexpr):
+        # _draw_ticket's ticket less base, for every thread; UNIFORM: as a value ptxas knows to be the same in every
+        # lane (_warp_uniform), since the producer's loop and its TMA issues branch on it
         layout: gl.constexpr = gl.BlockedLayout([1], [32], [num_warps], [0])
         lane = gl.arange(0, 32 * num_warps, layout)
-        return gl.max(gl.where(lane == 0, drawn, 0), axis=0)
+        if UNIFORM:
+            work = _warp_uniform(gl.max(gl.where(lane == 0, drawn - base, 0), axis=0).to(gl.int32))
+        else:
+            work = (gl.max(gl.where(lane == 0, drawn, 0), axis=0) - base).to(gl.int32)
+        return work
+
+    @gluon.jit
+    def _warp_uniform(x):
+        # x (int32, the same in every lane) through a warp reduction, whose result sm_80+ keep in a uniform register:
+        # a value from shuffles or an atomic is not provably uniform to ptxas, which then guards every branch and
+        # `elect` that depends on it for divergence (BSSY/BSYNC, WARPSYNC.COLLECTIVE fallbacks: sm_90 SASS, 3x the
+        # producer's TMA issue sites with TMA pages, session 31)
+        return gl.inline_asm_elementwise(asm="redux.sync.max.s32 $0, $1, -1;", constraints="=r,r", args=[x],
+                                         dtype=gl.int32, is_pure=True, pack=1)  # fmt: skip
 
     @gluon.jit
     def _take_work(work_ids, work_ready, work_empty, taken, num_warps: gl.constexpr):
@@ -1178,7 +1192,7 @@ if HAS_GLUON:
                              HAS_SEQUSED: gl.constexpr, SEQ_FILTER: gl.constexpr, DECODE_MAX_Q: gl.constexpr,
                              FP8: gl.constexpr, VALID_D: gl.constexpr, sched_ptr, work_ids, work_ready, work_empty,
                              DYNAMIC: gl.constexpr, DYNAMIC_TAIL: gl.constexpr,
-                             TILE_MAJOR: gl.constexpr = False):  # fmt: skip
+                             TILE_MAJOR: gl.constexpr = False, UNIFORM_TICKET: gl.constexpr = False):  # fmt: skip
         # The producer's walk over this program's work items: Q into the next of Q_BUFS buffers once the consumers
         # are done with it (QUANTIZE_Q: q_desc / q_bufs are the 16-bit q and its staging tiles), K/V blocks into the
         # ring, whose slots and phases run on from tile to tile.
@@ -1205,7 +1219,7 @@ if HAS_GLUON:
                 work = gl.program_id(0)
             else:
                 first = _draw_ticket(sched_ptr, base, True, gl.num_warps())
-                work = (_ticket(first, gl.num_warps()) - base).to(gl.int32)
+                work = _ticket(first, base, gl.num_warps(), UNIFORM_TICKET)
         else:
             work = gl.program_id(0)
         while work < total:
@@ -1226,7 +1240,7 @@ if HAS_GLUON:
                 if next_fixed:
                     work = work + programs
                 else:
-                    work = fixed + (_ticket(drawn, gl.num_warps()) - base).to(gl.int32)
+                    work = fixed + _ticket(drawn, base, gl.num_warps(), UNIFORM_TICKET)
             else:
                 work = work + programs
         if DYNAMIC:
@@ -1459,6 +1473,7 @@ if HAS_GLUON:
         DYNAMIC: gl.constexpr,  # PERSISTENT: work items taken from a shared counter instead of a fixed share
         DYNAMIC_TAIL: gl.constexpr,  # DYNAMIC: 0, every item from the counter; N, only the last N rounds' items
         TILE_MAJOR: gl.constexpr,  # PERSISTENT: tile slots tile index major (see _tile_bounds), counted on the device
+        UNIFORM_TICKET: gl.constexpr,  # DYNAMIC: a drawn item reaches the producer's loop warp-uniform (_ticket)
         num_warps: gl.constexpr,
     ):
         if LAUNCH_DEPENDENTS:
@@ -1578,7 +1593,7 @@ if HAS_GLUON:
                         k_rows_per_head, k_cols_per_head, v_rows_per_block, v_rows_per_head, v_cols_per_head,
                         n_tile_slots, num_q_heads, GROUP, CAUSAL, PAGED, PAGE_SIZE, PAGED_TMA, HAS_SEQUSED,
                         SEQ_FILTER, DECODE_MAX_Q, FP8, VALID_D, sched_ptr, work_ids, work_ready, work_empty,
-                        DYNAMIC, DYNAMIC_TAIL, TILE_MAJOR)),
+                        DYNAMIC, DYNAMIC_TAIL, TILE_MAJOR, UNIFORM_TICKET)),
                 ],
                 [num_warps, PRODUCER_WARPS],
                 [WORKER_REGS, PERSISTENT_PRODUCER_REGS if not GATHER else PRODUCER_REGS_],
@@ -1742,7 +1757,7 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
                         fp8_v16: bool = False, fp8_v16_contiguous: bool = False, p_per_tile: bool = False,
                         early_k_release: bool = False, lean_softmax: bool = False,
                         fp8_p_one_rounding: bool = False, dynamic: bool = False, dynamic_tail: int = 0,
-                        tile_major: bool = False):  # fmt: skip
+                        tile_major: bool = False, uniform_ticket: bool = False):  # fmt: skip
     """(kernel, grid, args, constexprs, options) of one warp-specialized prefill launch; `supports` must hold.
 
     fp8 K/V: V is read from its key-major copy (`key_major_v`, made here); quantize_q rounds a 16-bit q to K's fp8
@@ -1761,6 +1776,7 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
     dynamic (persistent grid): the programs take tiles from a counter the launches on q's device share
     (`_scheduler`: one per stream, so launches on two streams at once do not share one), not in fixed shares.
     dynamic_tail: > 0, only the items of the last that many rounds come from the counter (the rest in fixed shares).
+    uniform_ticket (dynamic): a drawn item made provably warp-uniform before the producer branches on it.
     tile_major (persistent grid, causal): the tile slots tile index major, every sequence's last tile first (longest
     first across the batch); the kernel counts them from cu_seqlens_q, the host only sizes the grid. Not without a
     causal mask: a sequence's tiles cost the same there, and sequence by sequence keeps one sequence's K/V in L2.
@@ -1896,6 +1912,7 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
         DYNAMIC=dynamic and persistent_programs > 0,
         DYNAMIC_TAIL=dynamic_tail if dynamic and persistent_programs > 0 else 0,
         TILE_MAJOR=tile_major and causal and persistent_programs > 0,
+        UNIFORM_TICKET=uniform_ticket and dynamic and persistent_programs > 0,
     )
     return attention_fwd_hopper_kernel, grid, args, constexprs, {"num_warps": NUM_WARPS}
 
