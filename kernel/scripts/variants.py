@@ -69,6 +69,7 @@ PREFILL_VARIANTS = {
     "ws-uniform-ticket": {"ws_uniform_ticket": True},
     "ws-uniform-ticket-paged": {"ws_uniform_ticket": True, "ws_dynamic_paged": True},
     "ws-dynamic-uniform": {"ws_dynamic": True, "ws_dynamic_tail": 0, "ws_uniform_ticket": True},
+    "ws-uniform-ticket-noncausal": {"ws_dynamic": True, "ws_uniform_ticket": True},  # the tail on every launch
     # causal launches: the persistent grid's tiles longest first across sequences (tile index major), alone and with
     # the dynamic tail
     "ws-tile-major": {"ws_tile_major": True},
