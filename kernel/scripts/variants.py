@@ -70,10 +70,6 @@ PREFILL_VARIANTS = {
     "ws-uniform-ticket-paged": {"ws_uniform_ticket": True, "ws_dynamic_paged": True},
     "ws-dynamic-uniform": {"ws_dynamic": True, "ws_dynamic_tail": 0, "ws_uniform_ticket": True},
     "ws-uniform-ticket-noncausal": {"ws_dynamic": True, "ws_uniform_ticket": True},  # the tail on every launch
-    # causal launches: the persistent grid's tiles longest first across sequences (tile index major), alone and with
-    # the dynamic tail
-    "ws-tile-major": {"ws_tile_major": True},
-    "ws-tile-major-tail2": {"ws_tile_major": True, "ws_dynamic": True, "ws_dynamic_tail": 2},
     "ws-fp8-paged": {"ws_fp8_paged": True},  # paged fp8 on the Gluon prefill (V transposed by the producer)
     "ws-fp8-paged-q8": {"ws_fp8_paged": True, "fp8_q_for_fp8_kv": True},
     # paged fp8 with V widened to fp16 by the producer and a 16-bit P@V (no transpose)

@@ -410,53 +410,6 @@ def test_warp_specialized_dynamic_scheduling_matches_reference(monkeypatch, kv_l
             assert base == tickets > 0, "every ticket handed out, base moved past them"
 
 
-@pytest.mark.skipif(not attention_hopper.HAS_GLUON, reason="this triton has no Gluon")
-def test_tile_major_order_is_planned_on_the_persistent_grid_only(monkeypatch):
-    inputs = make_inputs([300, 40], [300, 40], num_heads=(8, 2), head_size=128)
-    assert not _constexprs(inputs)["TILE_MAJOR"], "opt-in"
-    monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"ws_tile_major": True}}))
-    assert _constexprs(inputs)["TILE_MAJOR"] and _constexprs(inputs)["PERSISTENT"]
-    monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"ws_tile_major": True, "ws_persistent": False}}))
-    assert not _constexprs(inputs)["TILE_MAJOR"], "one program per tile: the grid's own order"
-    monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"ws_tile_major": True}}))
-    assert not _constexprs(inputs, window_right=-1)["TILE_MAJOR"], "non-causal: a sequence's K/V kept together"
-
-
-@pytest.mark.skipif(not (ON_HOPPER and attention_hopper.HAS_GLUON), reason="Gluon kernels run on a Hopper GPU only")
-@pytest.mark.parametrize("kv_layout", ["contiguous", "paged-tma"])
-@pytest.mark.parametrize("head_size", [64, 128])
-@pytest.mark.parametrize("tail", [0, 2])
-def test_tile_major_order_computes_every_tile_once(monkeypatch, kv_layout, head_size, tail):
-    """`ws_tile_major` (causal; with and without the dynamic tail) changes only which program computes which tile:
-    output and lse bit-equal to the default's (NaN-poisoned outputs: a tile left out shows), whatever the batch - varlen
-    lengths with empty sequences, rows that see no key, a mixed batch's decodes (on the decode launch) - and a
-    max_seqlen_q smaller than the longest sequence (it only chooses the plan: the kernel counts the tiles itself)."""
-    monkeypatch.setenv("TRITONFA_VALIDATE", "0")  # a max_seqlen_q too small is what content validation rejects
-    paged = kv_layout != "contiguous"
-    order = {
-        "ws_tile_major": True,
-        "ws_paged_tma": paged,
-        "ws_dynamic": tail > 0,
-        "ws_dynamic_tail": tail,
-        "ws_dynamic_paged": paged,
-    }
-    for seqlens_q in ([1, 0, 129, 1000, 77, 3000, 3], [random.choice([0, 1, 130, 600]) for _ in range(150)]):
-        seqlens_k = [n + random.choice([0, 0, 5, 60]) for n in seqlens_q]
-        inputs = make_inputs(seqlens_q, seqlens_k, num_heads=(32, 8), head_size=head_size,
-                             kv_layout="paged_kv_interleaved" if paged else "contiguous")  # fmt: skip
-        for max_seqlen_q in (inputs.max_seqlen_q, 200):  # causal: the order's only launches (the test above)
-            inputs.max_seqlen_q = max_seqlen_q
-            monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"ws_paged_tma": paged}}))
-            want, want_lse = run_kernel(inputs, causal=True, return_softmax_lse=True)
-            monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": order}))
-            assert _constexprs(inputs)["TILE_MAJOR"]
-            out, lse = run_kernel(inputs, causal=True, return_softmax_lse=True)
-            assert torch.equal(out, want) and torch.equal(lse, want_lse), (seqlens_q, max_seqlen_q)
-    inputs.max_seqlen_q = max(seqlens_q)
-    atol, rtol = TOLERANCES[torch.bfloat16]
-    check_against_reference(inputs, atol, rtol, causal=True)  # and the order under test is right itself
-
-
 @pytest.mark.skipif(not (ON_HOPPER and attention_hopper.HAS_GLUON), reason="Gluon kernels run on a Hopper GPU only")
 def test_dynamic_scheduling_on_two_streams_at_once(monkeypatch):
     """Two dynamic-grid prefills running at once on two streams (the second queued while the first runs, the plan

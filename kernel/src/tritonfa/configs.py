@@ -143,10 +143,6 @@ class AttentionConfig:
     # it ptxas guards the producer's loop for divergence: sm_90 SASS, D 128 causal, tail 4, contiguous 24 WARPSYNC
     # (fixed shares: 1), TMA pages 52 WARPSYNC, 45 BSSY and 62 TMA issue sites (1 / 10 / 34); with it 1 / 14 / 34
     ws_uniform_ticket: bool = False
-    # Gluon prefill, persistent grid, causal: the tiles walked tile index major (every sequence's last tile, then
-    # every sequence's tile before it, ...: longest first across a varlen batch) instead of sequence by sequence
-    # (whose causal cost is a sawtooth that leaves long tiles in the last rounds)
-    ws_tile_major: bool = False
     ws_block_n: int = 0  # Gluon prefill: keys per block, 64 or 128 (0: attention_hopper.tiles_for's)
     # Gluon prefill: 16-bit head sizes other than 64/128/256 (multiples of 8, e.g. 80, 96) in tiles of the next of
     # those instead of the portable kernel (Hopper: on)

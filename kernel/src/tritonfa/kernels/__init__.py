@@ -520,18 +520,4 @@ def _hopper_prefill_specs() -> list[dict[str, Any]]:
         suffix = f" PAGED_TMA={paged_tma}" if paged else ""
         name = f"{fn.__name__}[hopper d{head_dim} CAUSAL=True PAGED={paged}{suffix} PERSISTENT DYNAMIC UNIFORM_TICKET]"
         specs.append(dict(name=name, fn=fn, bound_args=args, constexprs=constexprs, options=options, gluon=True))
-    # the persistent grid's tiles tile index major (config `ws_tile_major`, opt-in): alone at D 128 causal, with the
-    # dynamic tail at D 64 (two programs per SM) on TMA pages
-    for head_dim, programs, paged, extra in (
-        (128, 132, False, {}),
-        (64, 264, True, {"dynamic": True, "dynamic_tail": 2}),
-    ):
-        order = {"tile_major": True, "paged_tma": paged, **extra}
-        fn, args, constexprs, options = _plan_prefill_option(
-            head_dim, True, programs, paged, bf16, bf16, **{**schedule, **order}
-        )
-        assert constexprs["TILE_MAJOR"] and constexprs["PERSISTENT"]
-        suffix = " PAGED_TMA=True DYNAMIC_TAIL=2" if paged else ""
-        name = f"{fn.__name__}[hopper d{head_dim} CAUSAL=True PAGED={paged}{suffix} PERSISTENT TILE_MAJOR]"
-        specs.append(dict(name=name, fn=fn, bound_args=args, constexprs=constexprs, options=options, gluon=True))
     return specs

@@ -1150,7 +1150,6 @@ def _plan_hopper_prefill(
         config.ws_fp8_p_one_rounding,
         _dynamic_grid(config, causal, block_table is not None),
         config.ws_dynamic_tail,
-        config.ws_tile_major,
         config.ws_uniform_ticket,
     )  # fmt: skip
     return KernelLaunch(fn, grid, args, constexprs, options)

@@ -260,26 +260,17 @@ if HAS_GLUON:
                      max_blocks, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr,
                      PAGED: gl.constexpr, PAGE_SIZE: gl.constexpr, HAS_SEQUSED: gl.constexpr,
                      SEQ_FILTER: gl.constexpr, DECODE_MAX_Q: gl.constexpr, KEY_GROUPS: gl.constexpr,
-                     PROBES: gl.constexpr, num_warps: gl.constexpr, TILE_MAJOR: gl.constexpr = False):  # fmt: skip
+                     PROBES: gl.constexpr, num_warps: gl.constexpr):  # fmt: skip
         # Tile slot tile_id (cu_seqlens_q[b] // BLOCK_M + b slots before sequence b): whether it holds query rows to
         # compute (process), its sequence, q rows, keys (bounded by total_q / total_k / the block table whatever the
         # index tensors hold) and the key blocks its rows see. A sequence's tile k starts at row k * BLOCK_M: the
         # grids walk the slots from the last, so every sequence's last tiles (most keys under a causal mask) run
         # first. KEY_GROUPS (fp8 V read through its key-major copy, not gathered): the key grid starts key_shift keys
         # early, on a 16-key group of that copy.
-        # TILE_MAJOR (persistent grid, `_tile_major_slots`): slot tile_id is tile tile_id // num_seqs of sequence
-        # tile_id % num_seqs, so the walk from the last slot takes every sequence's last tile, then every sequence's
-        # tile before it: longest first across the batch under a causal mask.
-        if TILE_MAJOR:
-            seq = tile_id % num_seqs
-        else:
-            seq = _find_sequence(cu_seqlens_q_ptr, tile_id, num_seqs, BLOCK_M, PROBES, num_warps)
+        seq = _find_sequence(cu_seqlens_q_ptr, tile_id, num_seqs, BLOCK_M, PROBES, num_warps)
         seq_q_start = gl.load(cu_seqlens_q_ptr + seq)
         seq_q_len = gl.minimum(gl.load(cu_seqlens_q_ptr + seq + 1), total_q) - seq_q_start
-        if TILE_MAJOR:
-            tile_in_seq = tile_id // num_seqs
-        else:
-            tile_in_seq = tile_id - (seq_q_start // BLOCK_M + seq)
+        tile_in_seq = tile_id - (seq_q_start // BLOCK_M + seq)
         tiles_in_seq = gl.cdiv(seq_q_len, BLOCK_M)
         skip = tile_in_seq >= tiles_in_seq
         if SEQ_FILTER == 1:
@@ -1070,21 +1061,6 @@ if HAS_GLUON:
         return qk_scale, out_scale
 
     @gluon.jit
-    def _tile_major_slots(cu_seqlens_q_ptr, num_seqs, total_q, BLOCK_M: gl.constexpr, num_warps: gl.constexpr):
-        # TILE_MAJOR's slot count: the longest sequence's tiles x num_seqs, from cu_seqlens_q on the device (the
-        # host's max_seqlen_q may be wrong; it only chooses the plan). Every program computes the same count.
-        layout: gl.constexpr = gl.BlockedLayout([1], [32], [num_warps], [0])
-        o_seq = gl.arange(0, 32 * num_warps, layout)
-        longest = num_seqs * 0
-        for b0 in range(0, num_seqs, 32 * num_warps):
-            b = b0 + o_seq
-            in_range = b < num_seqs
-            start = gl.load(cu_seqlens_q_ptr + b, mask=in_range, other=0)
-            end = gl.minimum(gl.load(cu_seqlens_q_ptr + b + 1, mask=in_range, other=0), total_q)
-            longest = gl.maximum(longest, gl.max(gl.where(in_range, end - start, 0), axis=0))
-        return gl.cdiv(longest, BLOCK_M) * num_seqs
-
-    @gluon.jit
     def _work_item(work, n_tile_slots, num_q_heads):
         # (q tile slot, q head) of a persistent program's work item: a slot's heads back to back, last slots (the
         # sequences' last, longest tiles) first - the order of the non-persistent grid (see _tile_bounds)
@@ -1156,7 +1132,7 @@ if HAS_GLUON:
                              v_cols_per_head, n_tile_slots, num_q_heads, GROUP: gl.constexpr, CAUSAL: gl.constexpr,
                              PAGED: gl.constexpr, PAGE_SIZE: gl.constexpr, PAGED_TMA: gl.constexpr,
                              HAS_SEQUSED: gl.constexpr, SEQ_FILTER: gl.constexpr, DECODE_MAX_Q: gl.constexpr,
-                             FP8: gl.constexpr, VALID_D: gl.constexpr, TILE_MAJOR: gl.constexpr = False):  # fmt: skip
+                             FP8: gl.constexpr, VALID_D: gl.constexpr):  # fmt: skip
         # One work item of the persistent producer (see _producer_persistent); returns the updated counts
         BLOCK_M: gl.constexpr = q_desc.block_type.shape[0]
         BLOCK_N: gl.constexpr = k_bufs.type.shape[1]
@@ -1165,7 +1141,7 @@ if HAS_GLUON:
         process, seq, seq_q_start, seq_q_len, q_tile_start, seq_k_start, seq_k_len, num_blocks, key_shift = (
             _tile_bounds(tile_id, cu_seqlens_q_ptr, cu_seqlens_k_ptr, seqused_k_ptr, num_seqs, total_q, total_k,
                          max_blocks, BLOCK_M, BLOCK_N, CAUSAL, PAGED, PAGE_SIZE, HAS_SEQUSED, SEQ_FILTER,
-                         DECODE_MAX_Q, FP8 and v_desc.dtype.primitive_bitwidth == 8, 32, gl.num_warps(), TILE_MAJOR)
+                         DECODE_MAX_Q, FP8 and v_desc.dtype.primitive_bitwidth == 8, 32, gl.num_warps())
         )  # fmt: skip
         if process & (num_blocks > 0):
             qb = items % Q_BUFS
@@ -1192,7 +1168,7 @@ if HAS_GLUON:
                              HAS_SEQUSED: gl.constexpr, SEQ_FILTER: gl.constexpr, DECODE_MAX_Q: gl.constexpr,
                              FP8: gl.constexpr, VALID_D: gl.constexpr, sched_ptr, work_ids, work_ready, work_empty,
                              DYNAMIC: gl.constexpr, DYNAMIC_TAIL: gl.constexpr,
-                             TILE_MAJOR: gl.constexpr = False, UNIFORM_TICKET: gl.constexpr = False):  # fmt: skip
+                             UNIFORM_TICKET: gl.constexpr = False):  # fmt: skip
         # The producer's walk over this program's work items: Q into the next of Q_BUFS buffers once the consumers
         # are done with it (QUANTIZE_Q: q_desc / q_bufs are the 16-bit q and its staging tiles), K/V blocks into the
         # ring, whose slots and phases run on from tile to tile.
@@ -1204,9 +1180,6 @@ if HAS_GLUON:
         # the same hand-over), the rest from the counter: the balance at the end, the fixed order before it.
         it = gl.program_id(0) * 0  # K/V blocks loaded so far
         items = gl.program_id(0) * 0  # tiles loaded so far
-        if TILE_MAJOR:
-            n_tile_slots = _tile_major_slots(cu_seqlens_q_ptr, num_seqs, total_q, q_desc.block_type.shape[0],
-                                             gl.num_warps())  # fmt: skip
         total = n_tile_slots * num_q_heads
         programs = gl.num_programs(0)
         given = gl.program_id(0) * 0  # DYNAMIC: items handed to the consumers so far
@@ -1235,7 +1208,7 @@ if HAS_GLUON:
                 stride_bt_seq, stride_k_blk, stride_k_slot, stride_k_head, stride_v_blk, stride_v_slot,
                 stride_v_head, k_rows_per_block, k_rows_per_head, k_cols_per_head, v_rows_per_block,
                 v_rows_per_head, v_cols_per_head, n_tile_slots, num_q_heads, GROUP, CAUSAL, PAGED, PAGE_SIZE,
-                PAGED_TMA, HAS_SEQUSED, SEQ_FILTER, DECODE_MAX_Q, FP8, VALID_D, TILE_MAJOR)  # fmt: skip
+                PAGED_TMA, HAS_SEQUSED, SEQ_FILTER, DECODE_MAX_Q, FP8, VALID_D)  # fmt: skip
             if DYNAMIC:
                 if next_fixed:
                     work = work + programs
@@ -1263,8 +1236,7 @@ if HAS_GLUON:
                              QUANTIZE_Q: gl.constexpr,
                              Q_MAX: gl.constexpr,
                              HAS_Q_DESCALE: gl.constexpr, HAS_K_DESCALE: gl.constexpr, HAS_V_DESCALE: gl.constexpr,
-                             num_warps: gl.constexpr, VALID_D: gl.constexpr,
-                             TILE_MAJOR: gl.constexpr = False):  # fmt: skip
+                             num_warps: gl.constexpr, VALID_D: gl.constexpr):  # fmt: skip
         # One work item of a persistent consumer warpgroup (see _consumer_persistent); returns the updated counts
         BLOCK_M: gl.constexpr = 2 * ROWS  # the tile's rows: two warpgroups'
         HEAD_DIM: gl.constexpr = q_bufs.type.shape[2]
@@ -1274,7 +1246,7 @@ if HAS_GLUON:
         process, seq, seq_q_start, seq_q_len, q_tile_start, seq_k_start, seq_k_len, num_blocks, key_shift = (
             _tile_bounds(tile_id, cu_seqlens_q_ptr, cu_seqlens_k_ptr, seqused_k_ptr, num_seqs, total_q, total_k,
                          max_blocks, BLOCK_M, BLOCK_N, CAUSAL, PAGED, PAGE_SIZE, HAS_SEQUSED, SEQ_FILTER,
-                         DECODE_MAX_Q, FP8 and v_bufs.dtype.primitive_bitwidth == 8, 32, num_warps, TILE_MAJOR)
+                         DECODE_MAX_Q, FP8 and v_bufs.dtype.primitive_bitwidth == 8, 32, num_warps)
         )  # fmt: skip
         if process:
             if num_blocks == 0:
@@ -1320,14 +1292,12 @@ if HAS_GLUON:
                              Q_MAX: gl.constexpr,
                              HAS_Q_DESCALE: gl.constexpr, HAS_K_DESCALE: gl.constexpr, HAS_V_DESCALE: gl.constexpr,
                              num_warps: gl.constexpr, VALID_D: gl.constexpr, work_ids, work_ready, work_empty,
-                             DYNAMIC: gl.constexpr, TILE_MAJOR: gl.constexpr = False):  # fmt: skip
+                             DYNAMIC: gl.constexpr):  # fmt: skip
         # A consumer warpgroup's walk over the same work items as the producer: each tile as in the non-persistent
         # kernel (_consumer), its ring blocks, wgmma turns and Q buffer counted on from the tiles before. DYNAMIC: the
         # items come from the producer through work_ids (see _producer_persistent) until one is past the last.
         it = gl.program_id(0) * 0  # K/V blocks consumed so far
         items = gl.program_id(0) * 0  # tiles computed so far (each took its blocks + 1 wgmma turns)
-        if TILE_MAJOR:
-            n_tile_slots = _tile_major_slots(cu_seqlens_q_ptr, num_seqs, total_q, 2 * ROWS, num_warps)
         total = n_tile_slots * num_q_heads
         taken = gl.program_id(0) * 0  # DYNAMIC: items taken from the producer so far
         if DYNAMIC:
@@ -1343,7 +1313,7 @@ if HAS_GLUON:
                 n_tile_slots, num_q_heads, GROUP, ROW0, ROWS, CAUSAL, PINGPONG, RETURN_LSE, ZERO_TAIL, PAGED,
                 PAGE_SIZE, HAS_SEQUSED, SEQ_FILTER, DECODE_MAX_Q, FP8, P_SCALE_LOG2, TWO_LEVEL, P_PER_TILE,
                 LEAN_SOFTMAX, QUANTIZE_Q, Q_MAX, HAS_Q_DESCALE, HAS_K_DESCALE, HAS_V_DESCALE, num_warps,
-                VALID_D, TILE_MAJOR)  # fmt: skip
+                VALID_D)  # fmt: skip
             if DYNAMIC:
                 taken += 1
                 work = _take_work(work_ids, work_ready, work_empty, taken, num_warps)
@@ -1368,7 +1338,7 @@ if HAS_GLUON:
                                      HAS_Q_DESCALE: gl.constexpr, HAS_K_DESCALE: gl.constexpr,
                                      HAS_V_DESCALE: gl.constexpr, num_warps: gl.constexpr,
                                      VALID_D: gl.constexpr, work_ids, work_ready, work_empty,
-                                     DYNAMIC: gl.constexpr, TILE_MAJOR: gl.constexpr = False):  # fmt: skip
+                                     DYNAMIC: gl.constexpr):  # fmt: skip
         _consumer_persistent(q_bufs, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, kv_empty, turns, q_src,
                              out_ptr, lse_ptr, cu_seqlens_q_ptr, cu_seqlens_k_ptr, seqused_k_ptr, q_descale_ptr,
                              k_descale_ptr, v_descale_ptr, num_seqs, total_q, total_k, max_blocks, softmax_scale,
@@ -1378,7 +1348,7 @@ if HAS_GLUON:
                              PINGPONG, RETURN_LSE, ZERO_TAIL, PAGED, PAGE_SIZE, HAS_SEQUSED, SEQ_FILTER,
                              DECODE_MAX_Q, FP8, P_SCALE_LOG2, TWO_LEVEL, P_PER_TILE, LEAN_SOFTMAX, QUANTIZE_Q, Q_MAX,
                              HAS_Q_DESCALE, HAS_K_DESCALE, HAS_V_DESCALE, num_warps, VALID_D, work_ids, work_ready,
-                             work_empty, DYNAMIC, TILE_MAJOR)  # fmt: skip
+                             work_empty, DYNAMIC)  # fmt: skip
         return ()
 
     # Lengths, counts and the widths they set (block table, lse rows) change per batch: not specialized, so a new
@@ -1472,7 +1442,6 @@ if HAS_GLUON:
         LAUNCH_DEPENDENTS: gl.constexpr,
         DYNAMIC: gl.constexpr,  # PERSISTENT: work items taken from a shared counter instead of a fixed share
         DYNAMIC_TAIL: gl.constexpr,  # DYNAMIC: 0, every item from the counter; N, only the last N rounds' items
-        TILE_MAJOR: gl.constexpr,  # PERSISTENT: tile slots tile index major (see _tile_bounds), counted on the device
         UNIFORM_TICKET: gl.constexpr,  # DYNAMIC: a drawn item reaches the producer's loop warp-uniform (_ticket)
         num_warps: gl.constexpr,
     ):
@@ -1572,7 +1541,7 @@ if HAS_GLUON:
                         PAGED, PAGE_SIZE, HAS_SEQUSED, SEQ_FILTER, DECODE_MAX_Q, FP8, P_SCALE_LOG2, TWO_LEVEL,
                         P_PER_TILE, LEAN_SOFTMAX,
                         QUANTIZE_Q, Q_MAX, HAS_Q_DESCALE, HAS_K_DESCALE, HAS_V_DESCALE, num_warps,
-                        VALID_D, work_ids, work_ready, work_empty, DYNAMIC, TILE_MAJOR)),
+                        VALID_D, work_ids, work_ready, work_empty, DYNAMIC)),
                     (_consumer_persistent, (
                         q_bufs, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, kv_empty, turns, q_stage, out_ptr,
                         lse_ptr, cu_seqlens_q_ptr, cu_seqlens_k_ptr, seqused_k_ptr, q_descale_ptr, k_descale_ptr,
@@ -1583,7 +1552,7 @@ if HAS_GLUON:
                         PAGED, PAGE_SIZE, HAS_SEQUSED, SEQ_FILTER, DECODE_MAX_Q, FP8, P_SCALE_LOG2, TWO_LEVEL,
                         P_PER_TILE, LEAN_SOFTMAX,
                         QUANTIZE_Q, Q_MAX, HAS_Q_DESCALE, HAS_K_DESCALE, HAS_V_DESCALE, num_warps,
-                        VALID_D, work_ids, work_ready, work_empty, DYNAMIC, TILE_MAJOR)),
+                        VALID_D, work_ids, work_ready, work_empty, DYNAMIC)),
                     (_producer_persistent, (
                         q16_desc, k_desc, v_desc, q_stage, k_bufs, v_bufs, v_stage, q_ready, q_empty, k_ready, v_ready,
                         kv_empty,
@@ -1593,7 +1562,7 @@ if HAS_GLUON:
                         k_rows_per_head, k_cols_per_head, v_rows_per_block, v_rows_per_head, v_cols_per_head,
                         n_tile_slots, num_q_heads, GROUP, CAUSAL, PAGED, PAGE_SIZE, PAGED_TMA, HAS_SEQUSED,
                         SEQ_FILTER, DECODE_MAX_Q, FP8, VALID_D, sched_ptr, work_ids, work_ready, work_empty,
-                        DYNAMIC, DYNAMIC_TAIL, TILE_MAJOR, UNIFORM_TICKET)),
+                        DYNAMIC, DYNAMIC_TAIL, UNIFORM_TICKET)),
                 ],
                 [num_warps, PRODUCER_WARPS],
                 [WORKER_REGS, PERSISTENT_PRODUCER_REGS if not GATHER else PRODUCER_REGS_],
@@ -1757,7 +1726,7 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
                         fp8_v16: bool = False, fp8_v16_contiguous: bool = False, p_per_tile: bool = False,
                         early_k_release: bool = False, lean_softmax: bool = False,
                         fp8_p_one_rounding: bool = False, dynamic: bool = False, dynamic_tail: int = 0,
-                        tile_major: bool = False, uniform_ticket: bool = False):  # fmt: skip
+                        uniform_ticket: bool = False):  # fmt: skip
     """(kernel, grid, args, constexprs, options) of one warp-specialized prefill launch; `supports` must hold.
 
     fp8 K/V: V is read from its key-major copy (`key_major_v`, made here); quantize_q rounds a 16-bit q to K's fp8
@@ -1777,9 +1746,6 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
     (`_scheduler`: one per stream, so launches on two streams at once do not share one), not in fixed shares.
     dynamic_tail: > 0, only the items of the last that many rounds come from the counter (the rest in fixed shares).
     uniform_ticket (dynamic): a drawn item made provably warp-uniform before the producer branches on it.
-    tile_major (persistent grid, causal): the tile slots tile index major, every sequence's last tile first (longest
-    first across the batch); the kernel counts them from cu_seqlens_q, the host only sizes the grid. Not without a
-    causal mask: a sequence's tiles cost the same there, and sequence by sequence keeps one sequence's K/V in L2.
     """
     total_q, num_q_heads, valid_d = q.shape
     head_dim = tile_head_dim(valid_d)  # the tiles' D; a smaller head size is padded (supports' pad_head_dim)
@@ -1857,7 +1823,7 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
     # QUANTIZE_Q: q_desc (never loaded) only gives q's fp8 tiles; the producer loads the 16-bit q through q16_desc
     q_desc = _layout_descriptor(BLOCK_M, head_dim, k.dtype, q.device) if quantize_q else descriptor(q, BLOCK_M)
     q16_desc = descriptor(q, BLOCK_M) if quantize_q else q_desc
-    n_tile_slots = total_q // BLOCK_M + num_seqs  # TILE_MAJOR: the kernel counts its own (this only sizes the grid)
+    n_tile_slots = total_q // BLOCK_M + num_seqs
     if persistent_programs > 0:
         grid: tuple[int, ...] = (max(1, min(persistent_programs, num_q_heads * n_tile_slots)),)
     else:
@@ -1911,7 +1877,6 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
         VALID_D=valid_d,
         DYNAMIC=dynamic and persistent_programs > 0,
         DYNAMIC_TAIL=dynamic_tail if dynamic and persistent_programs > 0 else 0,
-        TILE_MAJOR=tile_major and causal and persistent_programs > 0,
         UNIFORM_TICKET=uniform_ticket and dynamic and persistent_programs > 0,
     )
     return attention_fwd_hopper_kernel, grid, args, constexprs, {"num_warps": NUM_WARPS}
