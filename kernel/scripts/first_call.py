@@ -225,8 +225,14 @@ def main(argv: list[str] | None = None) -> int:
         row = cross_compile(args.worker, args.side_by_side) if args.cross_compile else measure(args.worker, args.cold)
         print(json.dumps(row))
         return 0
+    from tritonfa.bench.workloads import WORKLOADS
+
+    names = [n for n in args.only.split(",") if n]
+    unknown = sorted(set(names) - {w.name for w in WORKLOADS})
+    if unknown:  # checked here: a worker would only fail with a traceback per name
+        parser.error(f"--only names no workload of tritonfa.bench.workloads: {unknown} (exact names, comma-separated)")
     rows = []
-    for name in (n for n in args.only.split(",") if n):
+    for name in names:
         with tempfile.TemporaryDirectory() as cache:
             env = {**os.environ, "TRITON_CACHE_DIR": cache}
             env.pop("TRITON_INTERPRET", None)  # under the interpreter @triton.jit compiles nothing

@@ -65,3 +65,18 @@ def test_cross_compile_mode_compiles_a_first_calls_kernels_for_sm_90(tmp_path):
     for stage in ("LLVM IR", "PTX", "ptxas"):
         assert row["stages_s"][stage] > 0.0, row["stages_s"]
     assert "decode-b64x2048-paged" in run.stdout and "sm_90 compile" in run.stdout
+
+
+def test_unknown_workload_names_are_refused_up_front(capsys):
+    import importlib.util
+
+    import pytest
+
+    spec = importlib.util.spec_from_file_location("first_call", REPO / "kernel" / "scripts" / "first_call.py")
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    with pytest.raises(SystemExit) as exit_info:
+        tool.main(["--only", "prefill-b8x2048-causal,^prefill-nothing$", "--cross-compile"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "--only" in err and "'^prefill-nothing$'" in err and "'prefill-b8x2048-causal'" not in err, err
