@@ -160,7 +160,7 @@ def _scratch_of(launches: list) -> list[torch.Tensor]:
             if isinstance(t, torch.Tensor):
                 root = plan_cache._root(t)
                 spec = plan_cache._scratch_spec(root)
-                if spec is not None and not isinstance(spec[-1], tuple) and all(root is not r for r in roots):
+                if spec is not None and not plan_cache.is_stream_state(spec) and all(root is not r for r in roots):
                     roots.append(root)
     return roots
 

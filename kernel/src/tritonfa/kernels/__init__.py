@@ -465,9 +465,11 @@ def _hopper_prefill_specs() -> list[dict[str, Any]]:
         specs.append(dict(name=name, fn=fn, bound_args=args, constexprs=constexprs, options=options, gluon=True))
     # the prefill of a mixed batch that lets its decode launch start early (config `mixed_pdl`, Hopper's default; the
     # dispatcher plans above compile the decode side, PDL_WAIT)
-    fn, args, constexprs, options = _plan_prefill_option(128, True, 132, False, bf16, bf16, dynamic=True,
-                                                         dynamic_tail=hopper.ws_dynamic_tail, **schedule)  # fmt: skip
-    name = f"{fn.__name__}[hopper d128 CAUSAL=True PAGED=False PERSISTENT DYNAMIC LAUNCH_DEPENDENTS]"
+    # (with the dynamic tail where Hopper's config takes it for a causal contiguous launch)
+    dynamic = dict(dynamic=bool(hopper.ws_dynamic), dynamic_tail=hopper.ws_dynamic_tail)
+    fn, args, constexprs, options = _plan_prefill_option(128, True, 132, False, bf16, bf16, **dynamic, **schedule)
+    suffix = " DYNAMIC" if constexprs["DYNAMIC"] else ""
+    name = f"{fn.__name__}[hopper d128 CAUSAL=True PAGED=False PERSISTENT{suffix} LAUNCH_DEPENDENTS]"
     specs.append(dict(name=name, fn=fn, bound_args=args, constexprs={**constexprs, "LAUNCH_DEPENDENTS": True},
                       options=options, gluon=True))  # fmt: skip
     # fp8 P rounded once (config `ws_fp8_p_one_rounding`, Hopper's default) where P meets key-major fp8 V: non-causal
@@ -490,12 +492,12 @@ def _hopper_prefill_specs() -> list[dict[str, Any]]:
     # the persistent grid taking its tiles from a device counter (config `ws_dynamic`): 16-bit D 128 on both masks,
     # D 64 (two programs per SM), pages through TMA (`ws_dynamic_paged`), fp8 at D 64; only the last rounds from the
     # counter (`ws_dynamic_tail`): Hopper's default (causal, contiguous K/V) at D 128 and 64, 16-bit and fp8, and 2
-    tail = hopper.ws_dynamic_tail
-    dynamic = [(128, True, 132, False, bf16, 0), (128, False, 132, False, bf16, 0), (64, True, 264, False, bf16, 0),
-               (128, True, 132, True, bf16, 0), (64, False, 264, False, fp8, 0), (128, True, 132, False, bf16, 2),
-               (128, True, 132, False, bf16, tail), (64, True, 264, False, bf16, tail),
-               (64, True, 264, False, fp8, tail)]  # fmt: skip
-    for head_dim, causal, programs, paged, dtype, tail in dynamic:
+    default_tail = hopper.ws_dynamic_tail
+    counters = [(128, True, 132, False, bf16, 0), (128, False, 132, False, bf16, 0), (64, True, 264, False, bf16, 0),
+                (128, True, 132, True, bf16, 0), (64, False, 264, False, fp8, 0), (128, True, 132, False, bf16, 2),
+                (128, True, 132, False, bf16, default_tail), (64, True, 264, False, bf16, default_tail),
+                (64, True, 264, False, fp8, default_tail)]  # fmt: skip
+    for head_dim, causal, programs, paged, dtype, tail in counters:
         counter = {"dynamic": True, "dynamic_tail": tail, "paged_tma": paged, "uniform_ticket": False}
         fn, args, constexprs, options = _plan_prefill_option(
             head_dim, causal, programs, paged, dtype, dtype, **{**schedule, **counter}
@@ -512,7 +514,7 @@ def _hopper_prefill_specs() -> list[dict[str, Any]]:
         (128, 132, True, True),
         (64, 264, True, False),
     ):
-        uniform = {"dynamic": True, "dynamic_tail": tail, "paged_tma": paged_tma, "uniform_ticket": True}
+        uniform = {"dynamic": True, "dynamic_tail": default_tail, "paged_tma": paged_tma, "uniform_ticket": True}
         fn, args, constexprs, options = _plan_prefill_option(
             head_dim, True, programs, paged, bf16, bf16, **{**schedule, **uniform}
         )

@@ -82,11 +82,17 @@ def _scratch_spec(t: torch.Tensor):
     return getattr(t, _SCRATCH_TAG, None)
 
 
+def is_stream_state(spec) -> bool:
+    """Whether a scratch spec (`_scratch_spec`) is a stream's state (`stream_state`), not a per-call buffer."""
+    return isinstance(spec[-1], tuple)
+
+
 def _new_scratch(specs: list) -> list[torch.Tensor]:
-    return [
-        stream_state(fill[1], device) if isinstance(fill, tuple) else scratch(shape, dtype, device, fill)
-        for shape, _, dtype, device, fill in specs
-    ]
+    bufs = []
+    for spec in specs:
+        shape, _, dtype, device, fill = spec
+        bufs.append(stream_state(fill[1], device) if is_stream_state(spec) else scratch(shape, dtype, device, fill))
+    return bufs
 
 
 def call_key(args: tuple) -> tuple:
