@@ -30,6 +30,7 @@
 #   launch-hostcost        host time per launcher call (kernel/scripts/launch_hostcost.py; first in a chain: it needs
 #                          an idle host) into launch_hostcost.log
 #   first-call             where a workload's first call goes, empty Triton cache, fresh process per workload
+#   first-call:ONLY        the same for the workloads named in ONLY ('+' between names)
 #   first-call-serial      the same with TRITONFA_COMPILE_AHEAD=0 (a call's new kernels one after the other), in serial/
 #                          (kernel/scripts/first_call.py: compile stages vs the rest; issue 11 asks <= 5 s); early in a
 #                          chain, while the host is idle; first_call.json into RESULTS_DIR
@@ -145,6 +146,10 @@ await_peers() {  # with PEER_PYTHONPATH: wait up to PEER_WAIT_S seconds (default
           kernel/scripts/call_timeline.py --only "${only//+/,}" --before "${before//+/,}" \
           --impls "${impls:+${impls//+/,}}" --out "$out/timeline_$n.json" 2>&1 | tee "$out/timeline_$n.log" | tail -n 12 ;;
       first-call) timeout -s KILL 300 python3 kernel/scripts/first_call.py --out "$out" 2>&1 | tail -n 12 ;;
+      first-call:*)  # first-call:ONLY ('+' between workload names)
+        only="${step#first-call:}"
+        timeout -s KILL 300 python3 kernel/scripts/first_call.py --only "${only//+/,}" --out "$out" 2>&1 |
+          tail -n 12 ;;
       first-call-serial)
         TRITONFA_COMPILE_AHEAD=0 timeout -s KILL 300 python3 kernel/scripts/first_call.py --out "$out/serial" 2>&1 |
           tail -n 12 ;;
