@@ -69,6 +69,9 @@ PREFILL_VARIANTS = {
     "ws-uniform-ticket": {"ws_uniform_ticket": True},
     "ws-uniform-ticket-paged": {"ws_uniform_ticket": True, "ws_dynamic_paged": True},
     "ws-dynamic-uniform": {"ws_dynamic": True, "ws_dynamic_tail": 0, "ws_uniform_ticket": True},
+    # the persistent TMA producer's registers (56 by default): the consumers get what it leaves (504 per thread)
+    "ws-producer-regs24": {"ws_producer_regs": 24},
+    "ws-producer-regs32": {"ws_producer_regs": 32},
     "ws-uniform-ticket-noncausal": {"ws_dynamic": True, "ws_uniform_ticket": True},  # the tail on every launch
     "ws-fp8-paged": {"ws_fp8_paged": True},  # paged fp8 on the Gluon prefill (V transposed by the producer)
     "ws-fp8-paged-q8": {"ws_fp8_paged": True, "fp8_q_for_fp8_kv": True},

@@ -143,6 +143,10 @@ class AttentionConfig:
     # it ptxas guards the producer's loop for divergence: sm_90 SASS, D 128 causal, tail 4, contiguous 24 WARPSYNC
     # (fixed shares: 1), TMA pages 52 WARPSYNC, 45 BSSY and 62 TMA issue sites (1 / 10 / 34); with it 1 / 14 / 34
     ws_uniform_ticket: bool = False
+    # Gluon prefill on the persistent grid with TMA loads: registers per thread of the producer warpgroup (0: 56,
+    # `attention_hopper.PERSISTENT_PRODUCER_REGS`). The three warpgroups share 504 per thread: at 56 one consumer
+    # warpgroup is held to 208, and the fp8 non-causal consumer (O, one block's P@V and S) spills in its inner loops
+    ws_producer_regs: int = 0
     ws_block_n: int = 0  # Gluon prefill: keys per block, 64 or 128 (0: attention_hopper.tiles_for's)
     # Gluon prefill: 16-bit head sizes other than 64/128/256 (multiples of 8, e.g. 80, 96) in tiles of the next of
     # those instead of the portable kernel (Hopper: on)

@@ -1151,6 +1151,7 @@ def _plan_hopper_prefill(
         _dynamic_grid(config, causal, block_table is not None),
         config.ws_dynamic_tail,
         config.ws_uniform_ticket,
+        config.ws_producer_regs,
     )  # fmt: skip
     return KernelLaunch(fn, grid, args, constexprs, options)
 

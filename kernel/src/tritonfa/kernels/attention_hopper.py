@@ -1443,6 +1443,7 @@ if HAS_GLUON:
         DYNAMIC: gl.constexpr,  # PERSISTENT: work items taken from a shared counter instead of a fixed share
         DYNAMIC_TAIL: gl.constexpr,  # DYNAMIC: 0, every item from the counter; N, only the last N rounds' items
         UNIFORM_TICKET: gl.constexpr,  # DYNAMIC: a drawn item reaches the producer's loop warp-uniform (_ticket)
+        TMA_PRODUCER_REGS: gl.constexpr,  # PERSISTENT, TMA loads: the producer's registers per thread
         num_warps: gl.constexpr,
     ):
         if LAUNCH_DEPENDENTS:
@@ -1565,7 +1566,7 @@ if HAS_GLUON:
                         DYNAMIC, DYNAMIC_TAIL, UNIFORM_TICKET)),
                 ],
                 [num_warps, PRODUCER_WARPS],
-                [WORKER_REGS, PERSISTENT_PRODUCER_REGS if not GATHER else PRODUCER_REGS_],
+                [WORKER_REGS, TMA_PRODUCER_REGS if not GATHER else PRODUCER_REGS_],
             )  # fmt: skip
         else:
             _tile_program(q_desc, k_desc, v_desc, q16_desc, k_ptr, v_ptr, out_ptr, lse_ptr, cu_seqlens_q_ptr,
@@ -1726,7 +1727,7 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
                         fp8_v16: bool = False, fp8_v16_contiguous: bool = False, p_per_tile: bool = False,
                         early_k_release: bool = False, lean_softmax: bool = False,
                         fp8_p_one_rounding: bool = False, dynamic: bool = False, dynamic_tail: int = 0,
-                        uniform_ticket: bool = False):  # fmt: skip
+                        uniform_ticket: bool = False, producer_regs: int = 0):  # fmt: skip
     """(kernel, grid, args, constexprs, options) of one warp-specialized prefill launch; `supports` must hold.
 
     fp8 K/V: V is read from its key-major copy (`key_major_v`, made here); quantize_q rounds a 16-bit q to K's fp8
@@ -1746,6 +1747,7 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
     (`_scheduler`: one per stream, so launches on two streams at once do not share one), not in fixed shares.
     dynamic_tail: > 0, only the items of the last that many rounds come from the counter (the rest in fixed shares).
     uniform_ticket (dynamic): a drawn item made provably warp-uniform before the producer branches on it.
+    producer_regs: > 0, the persistent TMA producer's registers per thread (0: PERSISTENT_PRODUCER_REGS).
     """
     total_q, num_q_heads, valid_d = q.shape
     head_dim = tile_head_dim(valid_d)  # the tiles' D; a smaller head size is padded (supports' pad_head_dim)
@@ -1878,6 +1880,7 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
         DYNAMIC=dynamic and persistent_programs > 0,
         DYNAMIC_TAIL=dynamic_tail if dynamic and persistent_programs > 0 else 0,
         UNIFORM_TICKET=uniform_ticket and dynamic and persistent_programs > 0,
+        TMA_PRODUCER_REGS=producer_regs or getattr(PERSISTENT_PRODUCER_REGS, "value", PERSISTENT_PRODUCER_REGS),
     )
     return attention_fwd_hopper_kernel, grid, args, constexprs, {"num_warps": NUM_WARPS}
 
