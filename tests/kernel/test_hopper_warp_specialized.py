@@ -437,6 +437,46 @@ def test_dynamic_scheduling_on_two_streams_at_once(monkeypatch):
 
 
 @pytest.mark.skipif(not attention_hopper.HAS_GLUON, reason="this triton has no Gluon")
+def test_producer_registers_are_planned_from_the_config(monkeypatch):
+    """`ws_producer_regs`: the persistent TMA producer's registers (0: PERSISTENT_PRODUCER_REGS); the consumers get
+    what it leaves, so the value must reach the launch as asked."""
+    monkeypatch.setenv("TRITONFA_CONFIG", WS_CONFIG)
+    inputs = make_inputs([300, 40], [300, 40], num_heads=(8, 2), head_size=128)
+    assert _constexprs(inputs)["TMA_PRODUCER_REGS"] == attention_hopper.PERSISTENT_PRODUCER_REGS.value
+    for regs in (24, 32):
+        monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"ws_producer_regs": regs}}))
+        assert _constexprs(inputs)["TMA_PRODUCER_REGS"] == regs
+
+
+@pytest.mark.skipif(not (ON_HOPPER and attention_hopper.HAS_GLUON), reason="Gluon kernels run on a Hopper GPU only")
+@pytest.mark.parametrize("case", ["fp8-noncausal", "bf16-causal", "bf16-paged-tma"])
+def test_producer_registers_change_no_bit(monkeypatch, case):
+    """The persistent TMA producer with 24 or 32 registers instead of the default (its consumers get the rest: at 56
+    the fp8 non-causal consumer spills in its loops, sm_90): register allocation only, so the same output and lse
+    bit for bit, on a causal varlen batch with an empty sequence and rows that see no key, and the reference's."""
+    fp8, causal = case.startswith("fp8"), case != "fp8-noncausal"
+    dtype = torch.float8_e4m3fn if fp8 else torch.bfloat16
+    seqlens_q = [1000, 0, 129, 2500, 77, 3]
+    seqlens_k = [n + random.choice([0, 5, 60]) for n in seqlens_q]
+    inputs = make_inputs(seqlens_q, seqlens_k, num_heads=(32, 8), head_size=128, dtype=dtype, kv_dtype=dtype,
+                         kv_layout="paged_kv_interleaved" if case == "bf16-paged-tma" else "contiguous",
+                         block_size=16)  # fmt: skip
+    outputs = []
+    for regs in (0, 24, 32):
+        monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"ws_producer_regs": regs}}))
+        constexprs = _constexprs(inputs, window_right=0 if causal else -1)
+        assert _plan(inputs)[0] == WS and constexprs["PERSISTENT"]
+        out, lse = run_kernel(inputs, causal=causal, return_softmax_lse=True)
+        outputs.append((out.clone(), lse.clone()))
+    for out, lse in outputs[1:]:
+        assert torch.equal(out, outputs[0][0]) and torch.equal(lse, outputs[0][1])
+    if fp8:
+        check_low_precision(inputs, causal=causal)
+    else:
+        check_against_reference(inputs, *TOLERANCES[torch.bfloat16], causal=causal)
+
+
+@pytest.mark.skipif(not attention_hopper.HAS_GLUON, reason="this triton has no Gluon")
 def test_mixed_pdl_makes_the_decode_launch_a_dependent_of_the_prefill(monkeypatch):
     """`mixed_pdl` (Hopper's default since session 27): in a mixed batch the Gluon prefill lets its decode launch
     start early (launch_pdl) and that launch waits for the prefill before it completes (PDL_WAIT); the config turns
