@@ -452,8 +452,9 @@ def test_producer_registers_are_planned_from_the_config(monkeypatch):
 @pytest.mark.parametrize("case", ["fp8-noncausal", "bf16-causal", "bf16-paged-tma"])
 def test_producer_registers_change_no_bit(monkeypatch, case):
     """The persistent TMA producer with 24 or 32 registers instead of the default (its consumers get the rest: at 56
-    the fp8 non-causal consumer spills in its loops, sm_90): register allocation only, so the same output and lse
-    bit for bit, on a causal varlen batch with an empty sequence and rows that see no key, and the reference's."""
+    the fp8 non-causal consumer spills in its loops with 128-key blocks, sm_90): register allocation only, so the
+    same output and lse bit for bit, on a causal varlen batch with an empty sequence and rows that see no key, and
+    the reference's."""
     fp8, causal = case.startswith("fp8"), case != "fp8-noncausal"
     dtype = torch.float8_e4m3fn if fp8 else torch.bfloat16
     seqlens_q = [1000, 0, 129, 2500, 77, 3]
@@ -463,9 +464,11 @@ def test_producer_registers_change_no_bit(monkeypatch, case):
                          block_size=16)  # fmt: skip
     outputs = []
     for regs in (0, 24, 32):
-        monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"ws_producer_regs": regs}}))
+        # fp8 non-causal is persistent with 64-key blocks only (attention._persistent_fits)
+        config = {"ws_producer_regs": regs, "ws_block_n": 64 if fp8 else 0}
+        monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": config}))
         constexprs = _constexprs(inputs, window_right=0 if causal else -1)
-        assert _plan(inputs)[0] == WS and constexprs["PERSISTENT"]
+        assert _plan(inputs)[0] == WS and constexprs["PERSISTENT"] and constexprs["TMA_PRODUCER_REGS"] == (regs or 56)
         out, lse = run_kernel(inputs, causal=causal, return_softmax_lse=True)
         outputs.append((out.clone(), lse.clone()))
     for out, lse in outputs[1:]:
