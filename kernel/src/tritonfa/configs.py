@@ -130,7 +130,8 @@ class AttentionConfig:
     # during the tile before) instead of fixed shares, so a program that runs ahead takes more: True for every
     # launch, "causal" for causal ones (Hopper: "causal", with a tail of 4; H100, session 31, against fixed shares:
     # varlen16 -2.2%, b1x8192 -2.5%, b8x2048 -1.5%, fp8 b8x2048 -1.7%, but b4x4096 non-causal +1.4%, whose tiles are
-    # equal). Session 8 (H200) measured it fully dynamic: varlen -2%, b1x8192 and mixed slower
+    # equal; session 32, fixed shares against it: b8x2048 +3.0%, b1x8192 +6.6%, varlen +2.1%). Session 8 (H200)
+    # measured it fully dynamic: varlen -2%, b1x8192 and mixed slower
     ws_dynamic: bool | str = False
     # ws_dynamic: only the items of the last N rounds (N x programs) come from the counter, the rest go out in fixed
     # shares (0: every item from the counter). Session 30 (H100): the fully dynamic grid's SMs end within 10 us but
@@ -141,11 +142,13 @@ class AttentionConfig:
     ws_dynamic_paged: bool = False
     # ws_dynamic: the drawn item made provably warp-uniform (a `redux.sync`) before the producer branches on it. Without
     # it ptxas guards the producer's loop for divergence: sm_90 SASS, D 128 causal, tail 4, contiguous 24 WARPSYNC
-    # (fixed shares: 1), TMA pages 52 WARPSYNC, 45 BSSY and 62 TMA issue sites (1 / 10 / 34); with it 1 / 14 / 34
+    # (fixed shares: 1), TMA pages 52 WARPSYNC, 45 BSSY and 62 TMA issue sites (1 / 10 / 34); with it 1 / 14 / 34.
+    # Contiguous K/V gained nothing from it (H100, session 32: b8x2048 +4.3%, b1x8192 +0.7%, varlen +0.1%)
     ws_uniform_ticket: bool = False
     # Gluon prefill on the persistent grid with TMA loads: registers per thread of the producer warpgroup (0: 56,
     # `attention_hopper.PERSISTENT_PRODUCER_REGS`). The three warpgroups share 504 per thread: at 56 one consumer
-    # warpgroup is held to 208, and the fp8 non-causal consumer (O, one block's P@V and S) spills in its inner loops
+    # warpgroup is held to 208, and the fp8 non-causal consumer (O, one block's P@V and S) spills in its inner loops.
+    # 24 (H100, session 32): bf16 b4x4096 non-causal -1.2%, TMA pages -1.4%, varlen -0.5%, b8x2048 +0.4% (mean)
     ws_producer_regs: int = 0
     ws_block_n: int = 0  # Gluon prefill: keys per block, 64 or 128 (0: attention_hopper.tiles_for's)
     # Gluon prefill: 16-bit head sizes other than 64/128/256 (multiples of 8, e.g. 80, 96) in tiles of the next of
