@@ -72,6 +72,7 @@ PREFILL_VARIANTS = {
     # the persistent TMA producer's registers (56 by default): the consumers get what it leaves (504 per thread)
     "ws-producer-regs24": {"ws_producer_regs": 24},
     "ws-producer-regs32": {"ws_producer_regs": 32},
+    "ws-fp8-row-sum-mma": {"ws_fp8_row_sum_mma": True},  # fp8 l from P @ ones on the tensor cores
     "ws-uniform-ticket-noncausal": {"ws_dynamic": True, "ws_uniform_ticket": True},  # the tail on every launch
     "ws-fp8-paged": {"ws_fp8_paged": True},  # paged fp8 on the Gluon prefill (V transposed by the producer)
     "ws-fp8-paged-q8": {"ws_fp8_paged": True, "fp8_q_for_fp8_kv": True},

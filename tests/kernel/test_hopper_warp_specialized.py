@@ -885,6 +885,43 @@ def test_warp_specialized_fp8_p_per_tile_matches_reference(monkeypatch, head_siz
 
 
 @pytest.mark.skipif(not attention_hopper.HAS_GLUON, reason="this triton has no Gluon")
+def test_fp8_row_sum_mma_is_planned_for_the_flat_two_level_fp8_p_at_v_only(monkeypatch):
+    """`ws_fp8_row_sum_mma`: P's row sums from P @ ones where P meets key-major fp8 V in two levels on the flat grid
+    (fp8 q/k/v non-causal at 128-key blocks); not for causal calls (V widened: a 16-bit P), 16-bit K/V, one-level
+    P@V, P scaled per tile or the persistent grid. Off by default."""
+    fp8 = torch.float8_e4m3fn
+    inputs = make_inputs([300], [300], num_heads=(8, 2), head_size=128, dtype=fp8, kv_dtype=fp8)
+    bf16 = make_inputs([300], [300], num_heads=(8, 2), head_size=128)
+    assert not _constexprs(inputs, window_right=-1)["ROW_SUM_MMA"], "off by default"
+    monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"ws_fp8_row_sum_mma": True}}))
+    constexprs = _constexprs(inputs, window_right=-1)
+    assert constexprs["ROW_SUM_MMA"] and not constexprs["PERSISTENT"]
+    assert not _constexprs(inputs)["ROW_SUM_MMA"], "causal: V widened, P@V 16-bit"
+    assert not _constexprs(bf16, window_right=-1)["ROW_SUM_MMA"]
+    for other in ({"ws_fp8_two_level": False}, {"ws_fp8_p_per_tile": True}, {"ws_block_n": 64}):
+        monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"ws_fp8_row_sum_mma": True, **other}}))
+        assert not _constexprs(inputs, window_right=-1)["ROW_SUM_MMA"], other
+
+
+@pytest.mark.skipif(not (ON_HOPPER and attention_hopper.HAS_GLUON), reason="Gluon kernels run on a Hopper GPU only")
+@pytest.mark.parametrize("head_size", [64, 128])
+def test_warp_specialized_fp8_row_sum_mma_matches_reference(monkeypatch, head_size):
+    """fp8 q/k/v non-causal with l from P @ ones (`ws_fp8_row_sum_mma`): against the reference and its lse (NaN keys
+    past the sequences, an empty sequence, per-head descales), within fp8 P's rounding of the default's output (l is
+    the sum of the rounded P the P@V uses, not of the fp32 P), and not the default's bits (the option ran)."""
+    inputs = _fp8_batch(head_size, torch.float8_e4m3fn, use_seqused_k=True)
+    descales = {name: fp8_descale("per_head", inputs.batch, inputs.num_kv_heads)
+                for name in ("q_descale", "k_descale", "v_descale")}  # fmt: skip
+    monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"ws_fp8_row_sum_mma": True}}))
+    assert _plan(inputs)[0] == WS and _constexprs(inputs, window_right=-1)["ROW_SUM_MMA"]
+    row_sums = check_low_precision(inputs, causal=False, **descales)
+    monkeypatch.delenv("TRITONFA_CONFIG")
+    default = check_low_precision(inputs, causal=False, **descales)
+    assert not torch.equal(row_sums, default), "the config changed nothing"
+    torch.testing.assert_close(row_sums.float(), default.float(), atol=0.02 * default.float().abs().max(), rtol=0)
+
+
+@pytest.mark.skipif(not attention_hopper.HAS_GLUON, reason="this triton has no Gluon")
 def test_fp8_p_one_rounding_is_planned_where_p_meets_fp8_v(monkeypatch):
     """`ws_fp8_p_one_rounding` (LEAN_SOFTMAX 2; Hopper's default since session 27): only where the Gluon prefill
     rounds P to fp8; the config turns it off."""

@@ -1152,6 +1152,7 @@ def _plan_hopper_prefill(
         config.ws_dynamic_tail,
         config.ws_uniform_ticket,
         config.ws_producer_regs,
+        config.ws_fp8_row_sum_mma,
     )  # fmt: skip
     return KernelLaunch(fn, grid, args, constexprs, options)
 

@@ -639,7 +639,8 @@ if HAS_GLUON:
     def _softmax_step(b_s, m_i, l_i, j, key_shift, q_pos, seq_k_len, diagonal, qk_scale, MASKED: gl.constexpr,
                       CAUSAL: gl.constexpr, BLOCK_N: gl.constexpr, s_layout: gl.constexpr,
                       ROW_SCALE: gl.constexpr, P_SCALE_LOG2: gl.constexpr,
-                      P_PER_TILE: gl.constexpr = False, LEAN_SOFTMAX: gl.constexpr = False):  # fmt: skip
+                      P_PER_TILE: gl.constexpr = False, LEAN_SOFTMAX: gl.constexpr = False,
+                      ROW_SUM: gl.constexpr = True):  # fmt: skip
         # b_s: [BM, BN] raw scores of key block j; returns P (fp32), the new running max and sum, O's factor, and
         # the factor of this block's P@V (P_PER_TILE; else alpha, unused).
         # qk_scale: scores -> log2 units, a scalar or (ROW_SCALE, a quantized q's row scales) [BM] and positive.
@@ -647,6 +648,7 @@ if HAS_GLUON:
         # relative to this block's row max, which comes out as fp8's max (P_TILE_MAX); l stays unscaled.
         # Block j starts key_shift keys before key j * BLOCK_N of the sequence (fp8: the key grid starts on a group
         # of the key-major copy; 0 otherwise); keys before the sequence's first are masked like those after its last.
+        # ROW_SUM False: l is left as it is (the caller sums P on the tensor cores, ROW_SUM_MMA).
         if MASKED:
             k_pos = j * BLOCK_N - key_shift + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))  # [BN]
             if P_SCALE_LOG2 != 0:
@@ -680,7 +682,7 @@ if HAS_GLUON:
             b_p = gl.exp2(b_s * qk_scale - gl.expand_dims(m_use, 1))
         if P_PER_TILE:
             l_i = l_i * alpha + gl.sum(b_p, 1) * beta
-        else:
+        elif ROW_SUM:
             l_i = l_i * alpha + gl.sum(b_p, 1)
         return b_p, m_new, l_i, alpha, beta
 
@@ -762,14 +764,25 @@ if HAS_GLUON:
         return tok
 
     @gluon.jit
+    def _row_sum_issue(p_prev, ones_smem, l_zero, p_layout: gl.constexpr, LEAN_SOFTMAX: gl.constexpr = 0):
+        # P @ ones [BN, 8] (async): P's row sums on the tensor cores instead of a sum of the fp32 P on the CUDA cores
+        # (64 FADD per thread and 128-key block), from the fp8 P the P@V uses. ones_smem: [8, BN] e4m3 ones, K-major
+        l_layout: gl.constexpr = l_zero.type.layout
+        a = _fp8_operand(p_prev, p_layout, LEAN_SOFTMAX == 2)
+        a = gl.convert_layout(a, gl.DotOperandLayout(operand_index=0, parent=l_layout, k_width=p_layout.k_width))
+        return warpgroup_mma(a, ones_smem.permute((1, 0)), l_zero, use_acc=False, is_async=True)
+
+    @gluon.jit
     def _kv_step(j, it0, turn0, q_smem, k_bufs, v_bufs, k_ready, v_ready, kv_empty, turns, s_zero,
                  o_zero, b_o, m_i, l_i, p_prev, beta_prev, key_shift, q_pos, seq_k_len, diagonal, qk_scale,
                  MASKED: gl.constexpr, CAUSAL: gl.constexpr, s_layout: gl.constexpr, o_layout: gl.constexpr,
                  p_layout: gl.constexpr, WG: gl.constexpr, PINGPONG: gl.constexpr, V_KEY_MAJOR: gl.constexpr,
                  P_SCALE_LOG2: gl.constexpr, TWO_LEVEL: gl.constexpr, P_PER_TILE: gl.constexpr,
-                 ROW_SCALE: gl.constexpr, LEAN_SOFTMAX: gl.constexpr):  # fmt: skip
+                 ROW_SCALE: gl.constexpr, LEAN_SOFTMAX: gl.constexpr, ones_smem=0, b_l=0, l_zero=0,
+                 ROW_SUM_MMA: gl.constexpr = False):  # fmt: skip
         # S_j = Q K_j^T is issued before O += P_{j-1} V_{j-1}; the softmax of S_j overlaps that P@V. it0 / turn0: the
         # K/V blocks and wgmma turns this warpgroup has used before this tile (ring slots and phases go on).
+        # ROW_SUM_MMA (two-level fp8 P@V): l as b_l [BM, 8], P_{j-1} @ ones issued after its P@V (see _row_sum_issue)
         STAGES: gl.constexpr = k_bufs.type.shape[0]
         BLOCK_N: gl.constexpr = k_bufs.type.shape[1]
         V_FREE: gl.constexpr = kv_empty.type.shape[0] - STAGES  # where V's hand-backs start (see _release_k)
@@ -781,17 +794,24 @@ if HAS_GLUON:
         mbarrier.wait(v_ready.index(sp), ((it0 + j - 1) // STAGES) & 1)
         o_tok = _pv_issue(p_prev, _v_operand(v_bufs, sp, V_KEY_MAJOR), b_o, o_zero, p_layout, TWO_LEVEL,
                           LEAN_SOFTMAX)  # fmt: skip
+        if ROW_SUM_MMA:
+            l_tok = _row_sum_issue(p_prev, ones_smem, l_zero, p_layout, LEAN_SOFTMAX)
         _pass_turn(turns, WG, PINGPONG)
-        b_s = warpgroup_mma_wait(num_outstanding=1, deps=(s_tok,))
+        b_s = warpgroup_mma_wait(num_outstanding=2 if ROW_SUM_MMA else 1, deps=(s_tok,))
         _release_k(kv_empty, s, STAGES)
         b_p, m_i, l_i, alpha, beta = _softmax_step(b_s, m_i, l_i, j, key_shift, q_pos, seq_k_len, diagonal, qk_scale,
                                                    MASKED, CAUSAL, BLOCK_N, s_layout, ROW_SCALE, P_SCALE_LOG2,
-                                                   P_PER_TILE, LEAN_SOFTMAX)  # fmt: skip
+                                                   P_PER_TILE, LEAN_SOFTMAX, not ROW_SUM_MMA)  # fmt: skip
         p_next = _to_p(b_p, v_bufs.dtype, p_layout, LEAN_SOFTMAX)
         if V_KEY_MAJOR:
             # the P operand is made in _pv_issue (fp8: 8-bit registers cannot be a dependency of the wait, triton
             # 3.6-3.9); ptxas keeps its registers until the wgmma is done
-            if TWO_LEVEL:
+            if ROW_SUM_MMA:
+                b_pv, b_ls = warpgroup_mma_wait(num_outstanding=0, deps=(o_tok, l_tok))
+                mbarrier.arrive(kv_empty.index(V_FREE + sp), count=1)
+                b_o = (b_o + b_pv) * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
+                b_l = (b_l + b_ls) * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, b_l.type.layout)), 1)
+            elif TWO_LEVEL:
                 b_pv = warpgroup_mma_wait(num_outstanding=0, deps=(o_tok,))
                 mbarrier.arrive(kv_empty.index(V_FREE + sp), count=1)
                 if P_PER_TILE:  # block j - 1's P@V, at its own P factor
@@ -809,7 +829,7 @@ if HAS_GLUON:
             b_o, p_prev = warpgroup_mma_wait(num_outstanding=0, deps=(o_tok, p_prev))
             mbarrier.arrive(kv_empty.index(V_FREE + sp), count=1)
             b_o = b_o * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
-        return b_o, m_i, l_i, p_next, beta
+        return b_o, m_i, l_i, p_next, beta, b_l
 
     @gluon.jit
     def _zero_rows_from(tile, first_row, num_warps: gl.constexpr):
@@ -880,7 +900,7 @@ if HAS_GLUON:
                   P_PER_TILE: gl.constexpr, LEAN_SOFTMAX: gl.constexpr,
                   QUANTIZE_Q: gl.constexpr, Q_MAX: gl.constexpr, num_warps: gl.constexpr, it0=0, turn0=0,
                   q_phase=0, VALID_D: gl.constexpr = 0, q_empty=0,
-                  RELEASE_Q: gl.constexpr = False):  # fmt: skip
+                  RELEASE_Q: gl.constexpr = False, ones_smem=0, ROW_SUM_MMA: gl.constexpr = False):  # fmt: skip
         # This warpgroup's ROWS query rows start at row ROW0 of the tile; both warpgroups walk the tile's blocks.
         # QUANTIZE_Q: q_src is the tile's 16-bit q staged by the producer [BLOCK_M, D], rounded here into q_tile_smem
         # (see _quantize_q_rows); else unused. RELEASE_Q: arrive on q_empty once rounded (the persistent grid).
@@ -889,6 +909,7 @@ if HAS_GLUON:
         # it0 / turn0 / q_phase: K/V blocks, wgmma turns and Q loads of this program's earlier tiles (persistent).
         # FP8: V slots are key-major, P and l are scaled by 2^P_SCALE_LOG2, O takes out_scale (V's descale); with
         # 16-bit V slots (gathered fp8 V widened by the producer) QK stays fp8 and P@V is a 16-bit one.
+        # ROW_SUM_MMA (two-level fp8 P@V only): l from P @ ones on the tensor cores (ones_smem, see _row_sum_issue).
         q_smem = q_tile_smem.slice(ROW0, ROWS, dim=0)
         V_KEY_MAJOR: gl.constexpr = FP8 and v_bufs.dtype.primitive_bitwidth == 8
         WG: gl.constexpr = ROW0 // ROWS  # 0 or 1
@@ -911,6 +932,11 @@ if HAS_GLUON:
         row_layout: gl.constexpr = gl.SliceLayout(1, s_layout)
         TWO_LEVEL_PV: gl.constexpr = V_KEY_MAJOR and TWO_LEVEL
         P_PER_TILE_PV: gl.constexpr = TWO_LEVEL_PV and P_PER_TILE  # P rounded to fp8 and added to O on its own
+        ROW_SUM_PV: gl.constexpr = ROW_SUM_MMA and TWO_LEVEL_PV and not P_PER_TILE_PV
+        # P @ ones' accumulator: 8 columns (wgmma's narrowest), every one a row's sum
+        l_layout: gl.constexpr = gl.NVMMADistributedLayout(
+            version=[3, 0], warps_per_cta=[num_warps, 1], instr_shape=[16, 8, INSTR_K_PV]
+        )
 
         q_pos = q_tile_start + gl.arange(0, BLOCK_M, layout=row_layout)  # [BM] query position in the sequence
         diagonal = seq_k_len - seq_q_len  # bottom-right alignment: query i lines up with key i + diagonal
@@ -929,6 +955,8 @@ if HAS_GLUON:
         m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, row_layout)
         l_i = gl.zeros([BLOCK_M], gl.float32, row_layout)
         b_o = gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, o_layout)
+        l_zero = gl.zeros([BLOCK_M, 8], gl.float32, l_layout)
+        b_l = gl.zeros([BLOCK_M, 8], gl.float32, l_layout)
 
         if QUANTIZE_Q:
             row_scale = _quantize_q_rows(q_smem, q_src.slice(ROW0, ROWS, dim=0), q_ready, q_phase,
@@ -951,11 +979,13 @@ if HAS_GLUON:
         if first_full:
             b_p, m_i, l_i, alpha, beta = _softmax_step(b_s, m_i, l_i, 0, key_shift, q_pos, seq_k_len, diagonal,
                                                        qk_scale, False, CAUSAL, BLOCK_N, s_layout, QUANTIZE_Q,
-                                                       P_SCALE_LOG2, P_PER_TILE_PV, LEAN_SOFTMAX)  # fmt: skip
+                                                       P_SCALE_LOG2, P_PER_TILE_PV, LEAN_SOFTMAX,
+                                                       not ROW_SUM_PV)  # fmt: skip
         else:
             b_p, m_i, l_i, alpha, beta = _softmax_step(b_s, m_i, l_i, 0, key_shift, q_pos, seq_k_len, diagonal,
                                                        qk_scale, True, CAUSAL, BLOCK_N, s_layout, QUANTIZE_Q,
-                                                       P_SCALE_LOG2, P_PER_TILE_PV, LEAN_SOFTMAX)  # fmt: skip
+                                                       P_SCALE_LOG2, P_PER_TILE_PV, LEAN_SOFTMAX,
+                                                       not ROW_SUM_PV)  # fmt: skip
         p_prev = _to_p(b_p, v_bufs.dtype, p_layout, LEAN_SOFTMAX)
         if V_KEY_MAJOR:
             if key_shift > 0:
@@ -964,20 +994,22 @@ if HAS_GLUON:
                 _zero_keys_outside(v_bufs.index(s0), -key_shift, seq_k_len, num_warps)
         # interior blocks: every key visible to every row, no mask
         for j in range(1, num_full):
-            b_o, m_i, l_i, p_prev, beta = _kv_step(j, it0, turn0, q_smem, k_bufs, v_bufs, k_ready,
-                                                   v_ready, kv_empty, turns, s_zero, o_zero, b_o, m_i, l_i, p_prev,
-                                                   beta, key_shift, q_pos, seq_k_len, diagonal, qk_scale, False,
-                                                   CAUSAL, s_layout, o_layout, p_layout, WG, PINGPONG, V_KEY_MAJOR,
-                                                   P_SCALE_LOG2, TWO_LEVEL_PV, P_PER_TILE_PV,
-                                                   QUANTIZE_Q, LEAN_SOFTMAX)  # fmt: skip
+            b_o, m_i, l_i, p_prev, beta, b_l = _kv_step(j, it0, turn0, q_smem, k_bufs, v_bufs, k_ready,
+                                                        v_ready, kv_empty, turns, s_zero, o_zero, b_o, m_i, l_i,
+                                                        p_prev, beta, key_shift, q_pos, seq_k_len, diagonal, qk_scale,
+                                                        False, CAUSAL, s_layout, o_layout, p_layout, WG, PINGPONG,
+                                                        V_KEY_MAJOR, P_SCALE_LOG2, TWO_LEVEL_PV, P_PER_TILE_PV,
+                                                        QUANTIZE_Q, LEAN_SOFTMAX, ones_smem, b_l, l_zero,
+                                                        ROW_SUM_PV)  # fmt: skip
         # blocks on the causal diagonal or past the sequence's last key
         for j in range(gl.maximum(num_full, 1), num_blocks):
-            b_o, m_i, l_i, p_prev, beta = _kv_step(j, it0, turn0, q_smem, k_bufs, v_bufs, k_ready,
-                                                   v_ready, kv_empty, turns, s_zero, o_zero, b_o, m_i, l_i, p_prev,
-                                                   beta, key_shift, q_pos, seq_k_len, diagonal, qk_scale, True,
-                                                   CAUSAL, s_layout, o_layout, p_layout, WG, PINGPONG, V_KEY_MAJOR,
-                                                   P_SCALE_LOG2, TWO_LEVEL_PV, P_PER_TILE_PV,
-                                                   QUANTIZE_Q, LEAN_SOFTMAX)  # fmt: skip
+            b_o, m_i, l_i, p_prev, beta, b_l = _kv_step(j, it0, turn0, q_smem, k_bufs, v_bufs, k_ready,
+                                                        v_ready, kv_empty, turns, s_zero, o_zero, b_o, m_i, l_i,
+                                                        p_prev, beta, key_shift, q_pos, seq_k_len, diagonal, qk_scale,
+                                                        True, CAUSAL, s_layout, o_layout, p_layout, WG, PINGPONG,
+                                                        V_KEY_MAJOR, P_SCALE_LOG2, TWO_LEVEL_PV, P_PER_TILE_PV,
+                                                        QUANTIZE_Q, LEAN_SOFTMAX, ones_smem, b_l, l_zero,
+                                                        ROW_SUM_PV)  # fmt: skip
         last = num_blocks - 1
         s_last = (it0 + last) % STAGES
         mbarrier.wait(v_ready.index(s_last), ((it0 + last) // STAGES) & 1)
@@ -991,8 +1023,15 @@ if HAS_GLUON:
         _wait_turn(turns, turn0 + num_blocks, WG, PINGPONG)
         o_tok = _pv_issue(p_prev, _v_operand(v_bufs, s_last, V_KEY_MAJOR), b_o, o_zero, p_layout,
                           TWO_LEVEL_PV, LEAN_SOFTMAX)  # fmt: skip
+        if ROW_SUM_PV:
+            l_tok = _row_sum_issue(p_prev, ones_smem, l_zero, p_layout, LEAN_SOFTMAX)
         _pass_turn(turns, WG, PINGPONG)
-        if P_PER_TILE_PV:
+        if ROW_SUM_PV:
+            b_pv, b_ls = warpgroup_mma_wait(num_outstanding=0, deps=(o_tok, l_tok))
+            b_o = b_o + b_pv
+            # every column holds the row's sum: the max of a row's columns reads one of them
+            l_i = gl.convert_layout(gl.max(b_l + b_ls, 1), row_layout)
+        elif P_PER_TILE_PV:
             b_pv = warpgroup_mma_wait(num_outstanding=0, deps=(o_tok,))
             b_o = b_o + b_pv * gl.expand_dims(gl.convert_layout(beta, gl.SliceLayout(1, o_layout)), 1)
         elif TWO_LEVEL_PV:
@@ -1035,14 +1074,14 @@ if HAS_GLUON:
                           P_SCALE_LOG2: gl.constexpr, TWO_LEVEL: gl.constexpr, P_PER_TILE: gl.constexpr,
                           LEAN_SOFTMAX: gl.constexpr,
                           QUANTIZE_Q: gl.constexpr, Q_MAX: gl.constexpr, num_warps: gl.constexpr, it0, turn0, q_phase,
-                          VALID_D: gl.constexpr):  # fmt: skip
+                          VALID_D: gl.constexpr, ones_smem, ROW_SUM_MMA: gl.constexpr):  # fmt: skip
         # the default partition of gl.warp_specialize must return a tuple
         _consumer(q_tile_smem, k_bufs, v_bufs, q_ready, k_ready, v_ready, kv_empty, turns, q_src, out_ptr, lse_ptr,
                   seq_q_start, seq_q_len, q_tile_start, q_head, seq_k_len, num_blocks, key_shift, qk_scale, out_scale,
                   stride_o_tok, stride_o_head, stride_lse_head, ROW0, ROWS, CAUSAL,
                   PINGPONG, RETURN_LSE, ZERO_TAIL, FP8, P_SCALE_LOG2, TWO_LEVEL, P_PER_TILE, LEAN_SOFTMAX,
                   QUANTIZE_Q, Q_MAX,
-                  num_warps, it0, turn0, q_phase, VALID_D)  # fmt: skip
+                  num_warps, it0, turn0, q_phase, VALID_D, 0, False, ones_smem, ROW_SUM_MMA)  # fmt: skip
         return ()
 
     @gluon.jit
@@ -1444,6 +1483,7 @@ if HAS_GLUON:
         DYNAMIC_TAIL: gl.constexpr,  # DYNAMIC: 0, every item from the counter; N, only the last N rounds' items
         UNIFORM_TICKET: gl.constexpr,  # DYNAMIC: a drawn item reaches the producer's loop warp-uniform (_ticket)
         TMA_PRODUCER_REGS: gl.constexpr,  # PERSISTENT, TMA loads: the producer's registers per thread
+        ROW_SUM_MMA: gl.constexpr,  # not PERSISTENT, two-level fp8 P@V: P's row sums as P @ ones (_row_sum_issue)
         num_warps: gl.constexpr,
     ):
         if LAUNCH_DEPENDENTS:
@@ -1580,7 +1620,7 @@ if HAS_GLUON:
                           PAGE_SIZE, PAGED_TMA, BLOCK_N, HAS_SEQUSED, SEQ_FILTER, DECODE_MAX_Q, STAGES, FP8,
                           P_SCALE_LOG2, TWO_LEVEL, P_PER_TILE, LEAN_SOFTMAX,
                           QUANTIZE_Q, Q_MAX, HAS_Q_DESCALE, HAS_K_DESCALE,
-                          HAS_V_DESCALE, num_warps, VALID_D, EARLY_K_RELEASE)  # fmt: skip
+                          HAS_V_DESCALE, num_warps, VALID_D, EARLY_K_RELEASE, ROW_SUM_MMA)  # fmt: skip
 
     @gluon.jit
     def _tile_program(q_desc, k_desc, v_desc, q16_desc, k_ptr, v_ptr, out_ptr, lse_ptr, cu_seqlens_q_ptr,
@@ -1598,7 +1638,8 @@ if HAS_GLUON:
                       LEAN_SOFTMAX: gl.constexpr,
                       QUANTIZE_Q: gl.constexpr, Q_MAX: gl.constexpr, HAS_Q_DESCALE: gl.constexpr,
                       HAS_K_DESCALE: gl.constexpr, HAS_V_DESCALE: gl.constexpr, num_warps: gl.constexpr,
-                      VALID_D: gl.constexpr, EARLY_K_RELEASE: gl.constexpr):  # fmt: skip
+                      VALID_D: gl.constexpr, EARLY_K_RELEASE: gl.constexpr,
+                      ROW_SUM_MMA: gl.constexpr):  # fmt: skip
         # One program per (q head, q tile slot): grid (Hq, slots)
         BLOCK_M: gl.constexpr = q_desc.block_type.shape[0]
         HEAD_DIM: gl.constexpr = q_desc.block_type.shape[1]
@@ -1638,6 +1679,14 @@ if HAS_GLUON:
                     v_stage = gl.allocate_shared_memory(k_desc.dtype, [STAGE_TILES, BLOCK_N, HEAD_DIM], k_desc.layout)
                 else:
                     v_stage = q_smem  # unused
+                if ROW_SUM_MMA:  # P @ ones: 8 rows of e4m3 ones, K-major like V's key-major slots
+                    ones_smem = gl.allocate_shared_memory(v_desc.dtype, [8, BLOCK_N], v_desc.layout)
+                    ones_layout: gl.constexpr = gl.BlockedLayout([1, 16], [4, 8], [num_warps, 1], [1, 0])
+                    ones_smem.store(gl.full([8, BLOCK_N], 1.0, gl.float32, ones_layout).to(v_desc.dtype))
+                    fence_async_shared()  # the generic-proxy stores before the consumers' wgmma reads
+                    _thread_barrier()
+                else:
+                    ones_smem = q_smem  # unused
                 q_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
                 k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
                 v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
@@ -1676,14 +1725,14 @@ if HAS_GLUON:
                                              stride_o_tok, stride_o_head, stride_lse_head, FIRST,
                                              HALF, CAUSAL, PINGPONG, RETURN_LSE, ZERO_TAIL, FP8, P_SCALE_LOG2,
                                              TWO_LEVEL, P_PER_TILE, LEAN_SOFTMAX, QUANTIZE_Q, Q_MAX, num_warps, 0, 0, 0,
-                                             VALID_D)),
+                                             VALID_D, ones_smem, ROW_SUM_MMA)),
                         (_consumer, (q_smem, k_bufs, v_bufs, q_ready, k_ready, v_ready, kv_empty, turns, q_stage,
                                      out_ptr, lse_ptr, seq_q_start, seq_q_len, q_tile_start, q_head, seq_k_len,
                                      num_blocks, key_shift, qk_scale, out_scale,
                                      stride_o_tok, stride_o_head, stride_lse_head, HALF, HALF, CAUSAL, PINGPONG,
                                      RETURN_LSE, ZERO_TAIL, FP8, P_SCALE_LOG2, TWO_LEVEL, P_PER_TILE, LEAN_SOFTMAX,
                                      QUANTIZE_Q,
-                                     Q_MAX, num_warps, 0, 0, 0, VALID_D)),
+                                     Q_MAX, num_warps, 0, 0, 0, VALID_D, 0, False, ones_smem, ROW_SUM_MMA)),
                         (_producer, (q16_desc, k_desc, v_desc, q_stage, k_bufs, v_bufs, v_stage, q_ready, k_ready,
                                      v_ready, kv_empty, seq_q_start + q_tile_start, q_head * VALID_D,
                                      seq_k_start - key_shift, k_ptr, v_ptr, block_table_ptr, seq, stride_bt_seq,
@@ -1727,7 +1776,8 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
                         fp8_v16: bool = False, fp8_v16_contiguous: bool = False, p_per_tile: bool = False,
                         early_k_release: bool = False, lean_softmax: bool = False,
                         fp8_p_one_rounding: bool = False, dynamic: bool = False, dynamic_tail: int = 0,
-                        uniform_ticket: bool = False, producer_regs: int = 0):  # fmt: skip
+                        uniform_ticket: bool = False, producer_regs: int = 0,
+                        fp8_row_sum_mma: bool = False):  # fmt: skip
     """(kernel, grid, args, constexprs, options) of one warp-specialized prefill launch; `supports` must hold.
 
     fp8 K/V: V is read from its key-major copy (`key_major_v`, made here); quantize_q rounds a 16-bit q to K's fp8
@@ -1748,6 +1798,7 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
     dynamic_tail: > 0, only the items of the last that many rounds come from the counter (the rest in fixed shares).
     uniform_ticket (dynamic): a drawn item made provably warp-uniform before the producer branches on it.
     producer_regs: > 0, the persistent TMA producer's registers per thread (0: PERSISTENT_PRODUCER_REGS).
+    fp8_row_sum_mma (flat grid, two-level fp8 P@V): P's row sums from a wgmma of P and ones, not the CUDA cores.
     """
     total_q, num_q_heads, valid_d = q.shape
     head_dim = tile_head_dim(valid_d)  # the tiles' D; a smaller head size is padded (supports' pad_head_dim)
@@ -1881,6 +1932,9 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
         DYNAMIC_TAIL=dynamic_tail if dynamic and persistent_programs > 0 else 0,
         UNIFORM_TICKET=uniform_ticket and dynamic and persistent_programs > 0,
         TMA_PRODUCER_REGS=producer_regs or getattr(PERSISTENT_PRODUCER_REGS, "value", PERSISTENT_PRODUCER_REGS),
+        ROW_SUM_MMA=(
+            fp8_row_sum_mma and fp8 and not widened_v and two_level and not p_per_tile and persistent_programs == 0
+        ),  # fmt: skip
     )
     return attention_fwd_hopper_kernel, grid, args, constexprs, {"num_warps": NUM_WARPS}
 
