@@ -522,4 +522,19 @@ def _hopper_prefill_specs() -> list[dict[str, Any]]:
         suffix = f" PAGED_TMA={paged_tma}" if paged else ""
         name = f"{fn.__name__}[hopper d{head_dim} CAUSAL=True PAGED={paged}{suffix} PERSISTENT DYNAMIC UNIFORM_TICKET]"
         specs.append(dict(name=name, fn=fn, bound_args=args, constexprs=constexprs, options=options, gluon=True))
+    # fp8 P's row sums from P @ ones (config `ws_fp8_row_sum_mma`): fp8 q/k/v non-causal on the flat grid, D 64 / 128
+    for head_dim in (64, 128):
+        fn, args, constexprs, options = _plan_prefill_option(
+            head_dim, False, 0, False, fp8, fp8, **{**schedule, "fp8_row_sum_mma": True}
+        )
+        assert constexprs["ROW_SUM_MMA"]
+        name = f"{fn.__name__}[hopper d{head_dim} CAUSAL=False FP8 ROW_SUM_MMA]"
+        specs.append(dict(name=name, fn=fn, bound_args=args, constexprs=constexprs, options=options, gluon=True))
+    # the persistent TMA producer with 24 registers (config `ws_producer_regs`): Hopper's causal default at D 128
+    fn, args, constexprs, options = _plan_prefill_option(128, True, 132, False, bf16, bf16, **dynamic, **schedule,
+                                                         producer_regs=24)  # fmt: skip
+    assert constexprs["TMA_PRODUCER_REGS"] == 24 and constexprs["PERSISTENT"]
+    suffix = " DYNAMIC" if constexprs["DYNAMIC"] else ""
+    name = f"{fn.__name__}[hopper d128 CAUSAL=True PAGED=False PERSISTENT{suffix} TMA_PRODUCER_REGS=24]"
+    specs.append(dict(name=name, fn=fn, bound_args=args, constexprs=constexprs, options=options, gluon=True))
     return specs
