@@ -898,6 +898,9 @@ def test_fp8_row_sum_mma_is_planned_for_the_flat_two_level_fp8_p_at_v_only(monke
     assert constexprs["ROW_SUM_MMA"] and not constexprs["PERSISTENT"]
     assert not _constexprs(inputs)["ROW_SUM_MMA"], "causal: V widened, P@V 16-bit"
     assert not _constexprs(bf16, window_right=-1)["ROW_SUM_MMA"]
+    fp8_d64 = make_inputs([300], [300], num_heads=(8, 2), head_size=64, dtype=fp8, kv_dtype=fp8)
+    assert _constexprs(fp8_d64, window_right=-1)["PERSISTENT"], "D 64 goes persistent: not there"
+    assert not _constexprs(fp8_d64, window_right=-1)["ROW_SUM_MMA"]
     for other in ({"ws_fp8_two_level": False}, {"ws_fp8_p_per_tile": True}, {"ws_block_n": 64}):
         monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"ws_fp8_row_sum_mma": True, **other}}))
         assert not _constexprs(inputs, window_right=-1)["ROW_SUM_MMA"], other
@@ -907,15 +910,17 @@ def test_fp8_row_sum_mma_is_planned_for_the_flat_two_level_fp8_p_at_v_only(monke
 @pytest.mark.parametrize("head_size", [64, 128])
 def test_warp_specialized_fp8_row_sum_mma_matches_reference(monkeypatch, head_size):
     """fp8 q/k/v non-causal with l from P @ ones (`ws_fp8_row_sum_mma`): against the reference and its lse (NaN keys
-    past the sequences, an empty sequence, per-head descales), within fp8 P's rounding of the default's output (l is
-    the sum of the rounded P the P@V uses, not of the fp32 P), and not the default's bits (the option ran)."""
+    past the sequences, an empty sequence, per-head descales), within fp8 P's rounding of the same grid's output
+    without it (l is the sum of the rounded P the P@V uses, not of the fp32 P), and not its bits (the option ran).
+    The flat grid (the option's only one): D 64 goes persistent by default, so both runs turn that off."""
     inputs = _fp8_batch(head_size, torch.float8_e4m3fn, use_seqused_k=True)
     descales = {name: fp8_descale("per_head", inputs.batch, inputs.num_kv_heads)
                 for name in ("q_descale", "k_descale", "v_descale")}  # fmt: skip
-    monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"ws_fp8_row_sum_mma": True}}))
+    flat = {"ws_persistent": False}
+    monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"ws_fp8_row_sum_mma": True, **flat}}))
     assert _plan(inputs)[0] == WS and _constexprs(inputs, window_right=-1)["ROW_SUM_MMA"]
     row_sums = check_low_precision(inputs, causal=False, **descales)
-    monkeypatch.delenv("TRITONFA_CONFIG")
+    monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": flat}))
     default = check_low_precision(inputs, causal=False, **descales)
     assert not torch.equal(row_sums, default), "the config changed nothing"
     torch.testing.assert_close(row_sums.float(), default.float(), atol=0.02 * default.float().abs().max(), rtol=0)
