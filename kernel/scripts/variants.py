@@ -264,6 +264,7 @@ PLANS = {
                     "ws-dynamic-tail2",
                     "ws-dynamic-paged",
                     "ws-uniform-ticket-paged",
+                    "ws-producer-regs24",
                 )
             },
             "mixed-pdl": {"mixed_pdl": True},
