@@ -11,7 +11,8 @@
 #                          VARIANT_ROUNDS: its --rounds (default 1)
 #   ws-tests               the warp-specialized Gluon prefill's own tests (Hopper; its opt-in paths included), killed
 #                          after WS_TESTS_TIMEOUT seconds (default 600) so a hung kernel cannot hold the session; a
-#                          test that runs past WS_TEST_TIMEOUT_EACH seconds (default 180) fails alone (pytest-timeout)
+#                          test that runs past WS_TEST_TIMEOUT_EACH seconds (default 180) fails alone (pytest-timeout);
+#                          log ws_tests.log, exit status ws_tests_<step number>.rc (for gate:N)
 #   ws-tests:EXPR          only the tests that pytest's -k EXPR selects ('+' for ' '), xfail-marked ones run too
 #                          (--runxfail: e.g. a path marked as hanging, to check its fix), killed after
 #                          WS_TESTS_TIMEOUT seconds; log ws_tests_<step number>.log, exit status ws_tests_<n>.rc
@@ -110,7 +111,8 @@ await_peers() {  # with PEER_PYTHONPATH: wait up to PEER_WAIT_S seconds (default
         export TRITONFA_FAILURES_LOG="$out/failures_$n.log" ;;&  # each failure's traceback at once
       ws-tests)
         timeout -s KILL "${WS_TESTS_TIMEOUT:-600}" python3 -m pytest tests/kernel/test_hopper_warp_specialized.py \
-          --device cuda -n 8 -v --tb=short -p no:cacheprovider -rfEs $each 2>&1 | tee "$out/ws_tests.log" | tail -n 30 ;;
+          --device cuda -n 8 -v --tb=short -p no:cacheprovider -rfEs $each 2>&1 | tee "$out/ws_tests.log" | tail -n 30
+        echo "${PIPESTATUS[0]}" > "$out/ws_tests_$n.rc" ;;  # for gate:N too
       ws-tests:*)
         expr="${step#ws-tests:}"
         timeout -s KILL "${WS_TESTS_TIMEOUT:-600}" python3 -m pytest tests/kernel/test_hopper_warp_specialized.py \
