@@ -750,8 +750,12 @@ if HAS_GLUON:
 
     @gluon.jit
     def _pv_issue(p_prev, v_op, b_o, o_zero, p_layout: gl.constexpr, TWO_LEVEL: gl.constexpr,
-                  LEAN_SOFTMAX: gl.constexpr = 0):  # fmt: skip
-        # O += P @ V (async); TWO_LEVEL: P @ V alone, added to O after the wait
+                  LEAN_SOFTMAX: gl.constexpr = 0, ones_smem=0, l_zero=0,
+                  ROW_SUM_MMA: gl.constexpr = False):  # fmt: skip
+        # O += P @ V (async); TWO_LEVEL: P @ V alone, added to O after the wait. Returns its token and, with
+        # ROW_SUM_MMA, that of P @ ones [BN, 8] issued after it from the same operand (ones_smem: [8, BN] e4m3 ones,
+        # K-major): P's row sums on the tensor cores instead of 64 FADD per thread and 128-key block on the CUDA
+        # cores, and of the fp8 P the P@V uses (else the P@V's token twice)
         FP8_P: gl.constexpr = p_layout.k_width == 4
         if FP8_P:
             a = _fp8_operand(p_prev, p_layout, LEAN_SOFTMAX == 2)
@@ -761,16 +765,12 @@ if HAS_GLUON:
             tok = warpgroup_mma(a, v_op, o_zero, use_acc=False, is_async=True)
         else:
             tok = warpgroup_mma(a, v_op, b_o, is_async=True)
-        return tok
-
-    @gluon.jit
-    def _row_sum_issue(p_prev, ones_smem, l_zero, p_layout: gl.constexpr, LEAN_SOFTMAX: gl.constexpr = 0):
-        # P @ ones [BN, 8] (async): P's row sums on the tensor cores instead of a sum of the fp32 P on the CUDA cores
-        # (64 FADD per thread and 128-key block), from the fp8 P the P@V uses. ones_smem: [8, BN] e4m3 ones, K-major
-        l_layout: gl.constexpr = l_zero.type.layout
-        a = _fp8_operand(p_prev, p_layout, LEAN_SOFTMAX == 2)
-        a = gl.convert_layout(a, gl.DotOperandLayout(operand_index=0, parent=l_layout, k_width=p_layout.k_width))
-        return warpgroup_mma(a, ones_smem.permute((1, 0)), l_zero, use_acc=False, is_async=True)
+        l_tok = tok
+        if ROW_SUM_MMA:
+            l_layout: gl.constexpr = l_zero.type.layout
+            a_l = gl.convert_layout(a, gl.DotOperandLayout(operand_index=0, parent=l_layout, k_width=p_layout.k_width))
+            l_tok = warpgroup_mma(a_l, ones_smem.permute((1, 0)), l_zero, use_acc=False, is_async=True)
+        return tok, l_tok
 
     @gluon.jit
     def _kv_step(j, it0, turn0, q_smem, k_bufs, v_bufs, k_ready, v_ready, kv_empty, turns, s_zero,
@@ -782,7 +782,7 @@ if HAS_GLUON:
                  ROW_SUM_MMA: gl.constexpr = False):  # fmt: skip
         # S_j = Q K_j^T is issued before O += P_{j-1} V_{j-1}; the softmax of S_j overlaps that P@V. it0 / turn0: the
         # K/V blocks and wgmma turns this warpgroup has used before this tile (ring slots and phases go on).
-        # ROW_SUM_MMA (two-level fp8 P@V): l as b_l [BM, 8], P_{j-1} @ ones issued after its P@V (see _row_sum_issue)
+        # ROW_SUM_MMA (two-level fp8 P@V): l as b_l [BM, 8], P_{j-1} @ ones issued after its P@V (see _pv_issue)
         STAGES: gl.constexpr = k_bufs.type.shape[0]
         BLOCK_N: gl.constexpr = k_bufs.type.shape[1]
         V_FREE: gl.constexpr = kv_empty.type.shape[0] - STAGES  # where V's hand-backs start (see _release_k)
@@ -792,10 +792,8 @@ if HAS_GLUON:
         _wait_turn(turns, turn0 + j, WG, PINGPONG)
         s_tok = warpgroup_mma(q_smem, k_bufs.index(s).permute((1, 0)), s_zero, use_acc=False, is_async=True)
         mbarrier.wait(v_ready.index(sp), ((it0 + j - 1) // STAGES) & 1)
-        o_tok = _pv_issue(p_prev, _v_operand(v_bufs, sp, V_KEY_MAJOR), b_o, o_zero, p_layout, TWO_LEVEL,
-                          LEAN_SOFTMAX)  # fmt: skip
-        if ROW_SUM_MMA:
-            l_tok = _row_sum_issue(p_prev, ones_smem, l_zero, p_layout, LEAN_SOFTMAX)
+        o_tok, l_tok = _pv_issue(p_prev, _v_operand(v_bufs, sp, V_KEY_MAJOR), b_o, o_zero, p_layout, TWO_LEVEL,
+                                 LEAN_SOFTMAX, ones_smem, l_zero, ROW_SUM_MMA)  # fmt: skip
         _pass_turn(turns, WG, PINGPONG)
         b_s = warpgroup_mma_wait(num_outstanding=2 if ROW_SUM_MMA else 1, deps=(s_tok,))
         _release_k(kv_empty, s, STAGES)
@@ -909,7 +907,7 @@ if HAS_GLUON:
         # it0 / turn0 / q_phase: K/V blocks, wgmma turns and Q loads of this program's earlier tiles (persistent).
         # FP8: V slots are key-major, P and l are scaled by 2^P_SCALE_LOG2, O takes out_scale (V's descale); with
         # 16-bit V slots (gathered fp8 V widened by the producer) QK stays fp8 and P@V is a 16-bit one.
-        # ROW_SUM_MMA (two-level fp8 P@V only): l from P @ ones on the tensor cores (ones_smem, see _row_sum_issue).
+        # ROW_SUM_MMA (two-level fp8 P@V only): l from P @ ones on the tensor cores (ones_smem, see _pv_issue).
         q_smem = q_tile_smem.slice(ROW0, ROWS, dim=0)
         V_KEY_MAJOR: gl.constexpr = FP8 and v_bufs.dtype.primitive_bitwidth == 8
         WG: gl.constexpr = ROW0 // ROWS  # 0 or 1
@@ -1021,10 +1019,8 @@ if HAS_GLUON:
             else:
                 _zero_rows_from(v_bufs.index(s_last), seq_k_len - last * BLOCK_N, num_warps)
         _wait_turn(turns, turn0 + num_blocks, WG, PINGPONG)
-        o_tok = _pv_issue(p_prev, _v_operand(v_bufs, s_last, V_KEY_MAJOR), b_o, o_zero, p_layout,
-                          TWO_LEVEL_PV, LEAN_SOFTMAX)  # fmt: skip
-        if ROW_SUM_PV:
-            l_tok = _row_sum_issue(p_prev, ones_smem, l_zero, p_layout, LEAN_SOFTMAX)
+        o_tok, l_tok = _pv_issue(p_prev, _v_operand(v_bufs, s_last, V_KEY_MAJOR), b_o, o_zero, p_layout,
+                                 TWO_LEVEL_PV, LEAN_SOFTMAX, ones_smem, l_zero, ROW_SUM_PV)  # fmt: skip
         _pass_turn(turns, WG, PINGPONG)
         if ROW_SUM_PV:
             b_pv, b_ls = warpgroup_mma_wait(num_outstanding=0, deps=(o_tok, l_tok))
@@ -1483,7 +1479,7 @@ if HAS_GLUON:
         DYNAMIC_TAIL: gl.constexpr,  # DYNAMIC: 0, every item from the counter; N, only the last N rounds' items
         UNIFORM_TICKET: gl.constexpr,  # DYNAMIC: a drawn item reaches the producer's loop warp-uniform (_ticket)
         TMA_PRODUCER_REGS: gl.constexpr,  # PERSISTENT, TMA loads: the producer's registers per thread
-        ROW_SUM_MMA: gl.constexpr,  # not PERSISTENT, two-level fp8 P@V: P's row sums as P @ ones (_row_sum_issue)
+        ROW_SUM_MMA: gl.constexpr,  # not PERSISTENT, two-level fp8 P@V: P's row sums as P @ ones (_pv_issue)
         num_warps: gl.constexpr,
     ):
         if LAUNCH_DEPENDENTS:
