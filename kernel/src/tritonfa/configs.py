@@ -151,8 +151,9 @@ class AttentionConfig:
     # 24 (H100, session 32): bf16 b4x4096 non-causal -1.2%, TMA pages -1.4%, varlen -0.5%, b8x2048 +0.4% (mean)
     ws_producer_regs: int = 0
     # Gluon prefill, flat grid, two-level fp8 P@V (fp8 q/k/v non-causal): P's row sums (l) from one more wgmma, P @ a
-    # [BLOCK_N, 8] tile of ones, instead of a sum of the fp32 P on the CUDA cores (64 FADD per thread and block), and
-    # of the fp8 P the P@V uses
+    # [BLOCK_N, 16] tile of ones, instead of a sum of the fp32 P on the CUDA cores (64 FADD per thread and block), and
+    # of the fp8 P the P@V uses. H100, session 33: wrong sums with an 8-column tile (the GPU test failed); 16 columns
+    # not yet run
     ws_fp8_row_sum_mma: bool = False
     ws_block_n: int = 0  # Gluon prefill: keys per block, 64 or 128 (0: attention_hopper.tiles_for's)
     # Gluon prefill: 16-bit head sizes other than 64/128/256 (multiples of 8, e.g. 80, 96) in tiles of the next of

@@ -80,6 +80,10 @@ NUM_WARPS = 4  # warps of one consumer warpgroup (64 query rows); the kernel run
 # P_PER_TILE: each key block's row max of P maps to e4m3's largest value (fp8 P@V is e4m3 here)
 P_TILE_MAX = gl.constexpr(448.0) if HAS_GLUON else 448.0
 P_TILE_MAX_LOG2 = gl.constexpr(math.log2(448.0)) if HAS_GLUON else math.log2(448.0)
+# ROW_SUM_MMA's P @ ones: N of its wgmma, every column a row's sum. 16, not wgmma's narrowest 8: at 8 the sums came
+# out wrong on an H100 (session 33), and the 8-row tile's descriptor had no stride between 8-row groups (0; V's
+# tiles and a 16-row one have 1024 B), the one difference from V's in the PTX (a view of 8 rows of 16 keeps the 0).
+ROW_SUM_COLS = gl.constexpr(16) if HAS_GLUON else 16
 CONSUMER_REGS = gl.constexpr(240) if HAS_GLUON else 240
 PRODUCER_REGS = gl.constexpr(24) if HAS_GLUON else 24
 CONSUMER_REGS_PAGED = gl.constexpr(224) if HAS_GLUON else 224
@@ -753,9 +757,9 @@ if HAS_GLUON:
                   LEAN_SOFTMAX: gl.constexpr = 0, ones_smem=0, l_zero=0,
                   ROW_SUM_MMA: gl.constexpr = False):  # fmt: skip
         # O += P @ V (async); TWO_LEVEL: P @ V alone, added to O after the wait. Returns its token and, with
-        # ROW_SUM_MMA, that of P @ ones [BN, 8] issued after it from the same operand (ones_smem: [8, BN] e4m3 ones,
-        # K-major): P's row sums on the tensor cores instead of 64 FADD per thread and 128-key block on the CUDA
-        # cores, and of the fp8 P the P@V uses (else the P@V's token twice)
+        # ROW_SUM_MMA, that of P @ ones [BN, ROW_SUM_COLS] issued after it from the same operand (ones_smem:
+        # [ROW_SUM_COLS, BN] e4m3 ones, K-major): P's row sums on the tensor cores instead of 64 FADD per thread and
+        # 128-key block on the CUDA cores, and of the fp8 P the P@V uses (else the P@V's token twice)
         FP8_P: gl.constexpr = p_layout.k_width == 4
         if FP8_P:
             a = _fp8_operand(p_prev, p_layout, LEAN_SOFTMAX == 2)
@@ -782,7 +786,7 @@ if HAS_GLUON:
                  ROW_SUM_MMA: gl.constexpr = False):  # fmt: skip
         # S_j = Q K_j^T is issued before O += P_{j-1} V_{j-1}; the softmax of S_j overlaps that P@V. it0 / turn0: the
         # K/V blocks and wgmma turns this warpgroup has used before this tile (ring slots and phases go on).
-        # ROW_SUM_MMA (two-level fp8 P@V): l as b_l [BM, 8], P_{j-1} @ ones issued after its P@V (see _pv_issue)
+        # ROW_SUM_MMA (two-level fp8 P@V): l as b_l [BM, ROW_SUM_COLS], P_{j-1} @ ones issued after its P@V (_pv_issue)
         STAGES: gl.constexpr = k_bufs.type.shape[0]
         BLOCK_N: gl.constexpr = k_bufs.type.shape[1]
         V_FREE: gl.constexpr = kv_empty.type.shape[0] - STAGES  # where V's hand-backs start (see _release_k)
@@ -931,9 +935,9 @@ if HAS_GLUON:
         TWO_LEVEL_PV: gl.constexpr = V_KEY_MAJOR and TWO_LEVEL
         P_PER_TILE_PV: gl.constexpr = TWO_LEVEL_PV and P_PER_TILE  # P rounded to fp8 and added to O on its own
         ROW_SUM_PV: gl.constexpr = ROW_SUM_MMA and TWO_LEVEL_PV and not P_PER_TILE_PV
-        # P @ ones' accumulator: 8 columns (wgmma's narrowest), every one a row's sum
+        # P @ ones' accumulator: ROW_SUM_COLS columns, every one a row's sum
         l_layout: gl.constexpr = gl.NVMMADistributedLayout(
-            version=[3, 0], warps_per_cta=[num_warps, 1], instr_shape=[16, 8, INSTR_K_PV]
+            version=[3, 0], warps_per_cta=[num_warps, 1], instr_shape=[16, ROW_SUM_COLS, INSTR_K_PV]
         )
 
         q_pos = q_tile_start + gl.arange(0, BLOCK_M, layout=row_layout)  # [BM] query position in the sequence
@@ -953,8 +957,8 @@ if HAS_GLUON:
         m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, row_layout)
         l_i = gl.zeros([BLOCK_M], gl.float32, row_layout)
         b_o = gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, o_layout)
-        l_zero = gl.zeros([BLOCK_M, 8], gl.float32, l_layout)
-        b_l = gl.zeros([BLOCK_M, 8], gl.float32, l_layout)
+        l_zero = gl.zeros([BLOCK_M, ROW_SUM_COLS], gl.float32, l_layout)
+        b_l = gl.zeros([BLOCK_M, ROW_SUM_COLS], gl.float32, l_layout)
 
         if QUANTIZE_Q:
             row_scale = _quantize_q_rows(q_smem, q_src.slice(ROW0, ROWS, dim=0), q_ready, q_phase,
@@ -1675,10 +1679,10 @@ if HAS_GLUON:
                     v_stage = gl.allocate_shared_memory(k_desc.dtype, [STAGE_TILES, BLOCK_N, HEAD_DIM], k_desc.layout)
                 else:
                     v_stage = q_smem  # unused
-                if ROW_SUM_MMA:  # P @ ones: 8 rows of e4m3 ones, K-major like V's key-major slots
-                    ones_smem = gl.allocate_shared_memory(v_desc.dtype, [8, BLOCK_N], v_desc.layout)
+                if ROW_SUM_MMA:  # P @ ones: ROW_SUM_COLS rows of e4m3 ones, K-major like V's key-major slots
+                    ones_smem = gl.allocate_shared_memory(v_desc.dtype, [ROW_SUM_COLS, BLOCK_N], v_desc.layout)
                     ones_layout: gl.constexpr = gl.BlockedLayout([1, 16], [4, 8], [num_warps, 1], [1, 0])
-                    ones_smem.store(gl.full([8, BLOCK_N], 1.0, gl.float32, ones_layout).to(v_desc.dtype))
+                    ones_smem.store(gl.full([ROW_SUM_COLS, BLOCK_N], 1.0, gl.float32, ones_layout).to(v_desc.dtype))
                     fence_async_shared()  # the generic-proxy stores before the consumers' wgmma reads
                     _thread_barrier()
                 else:
