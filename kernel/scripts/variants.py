@@ -27,6 +27,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 # environment variables for that run instead
 PREFILL_VARIANTS = {
     "default": {},
+    # the default again, timed after it in every round: the noise floor and any order effect (session 33: every
+    # variant of the mixed batch came out +0.89% in all 40 pairs, two different kernels alike)
+    "default-again": {"ws_dynamic_tail": 4},
     "no-tma": {"tma": False},
     "bn128-s2": {"block_n": 128, "num_stages": 2},
     "s4": {"num_stages": 4},
@@ -255,6 +258,7 @@ PLANS = {
                 name: PREFILL_VARIANTS[name]
                 for name in (
                     "default",
+                    "default-again",
                     "ws-persistent",
                     "ws-paged-tma",
                     "ws-persistent-paged-tma",
