@@ -40,6 +40,8 @@
 #                          program_ends_<n>.{log,json}
 #   fault-probe            kernel/scripts/fault_probe.py: where the portable prefill's illegal address (paged, 2-key
 #                          pages, session 29) comes from; RESULTS_DIR/fault_probe{,.log}
+#   row-sum-probe          kernel/scripts/row_sum_probe.py: `ws_fp8_row_sum_mma`'s wgmma alone and the prefill's l
+#                          (row_sum_probe.log)
 #   fp8-study              the fp8 error study on the GPU (accuracy/fp8_error_study.py --device cuda): its log and
 #                          fp8_error_table.{md,json} into RESULTS_DIR (exit status in fp8_study.rc)
 #   mask-cost              bounds on vs off (kernel/scripts/mask_cost.py, MASK_COST_ROUNDS rounds, default 3;
@@ -163,6 +165,8 @@ await_peers() {  # with PEER_PYTHONPATH: wait up to PEER_WAIT_S seconds (default
       fault-probe)  # the illegal-address case of session 29, one launch setting changed at a time (fault_probe.py)
         timeout -s KILL 900 python3 kernel/scripts/fault_probe.py --out "$out/fault_probe" 2>&1 |
           tee "$out/fault_probe.log" | tail -n 20 ;;
+      row-sum-probe)  # ws_fp8_row_sum_mma: its wgmma alone (N 8 / 16) and the prefill's l (row_sum_probe.py)
+        timeout -s KILL 300 python3 kernel/scripts/row_sum_probe.py 2>&1 | tee "$out/row_sum_probe.log" | tail -n 20 ;;
       fp8-study)
         timeout -s KILL 600 python3 accuracy/fp8_error_study.py --device cuda --out-dir "$out" 2>&1 |
           tee "$out/fp8_study.log" | tail -n 12
