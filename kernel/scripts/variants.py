@@ -71,6 +71,8 @@ PREFILL_VARIANTS = {
     # too, and every tile from the counter
     "ws-uniform-ticket": {"ws_uniform_ticket": True},
     "ws-uniform-ticket-paged": {"ws_uniform_ticket": True, "ws_dynamic_paged": True},
+    # the counter with the uniform ticket on TMA pages only (contiguous launches: the default's own kernel)
+    "ws-paged-uniform": {"ws_uniform_ticket": "paged", "ws_dynamic_paged": True},
     "ws-dynamic-uniform": {"ws_dynamic": True, "ws_dynamic_tail": 0, "ws_uniform_ticket": True},
     # the persistent TMA producer's registers (56 by default): the consumers get what it leaves (504 per thread)
     "ws-producer-regs24": {"ws_producer_regs": 24},
@@ -268,6 +270,7 @@ PLANS = {
                     "ws-dynamic-tail2",
                     "ws-dynamic-paged",
                     "ws-uniform-ticket-paged",
+                    "ws-paged-uniform",
                     "ws-producer-regs24",
                 )
             },

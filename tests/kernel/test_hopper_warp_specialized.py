@@ -378,6 +378,11 @@ def test_dynamic_scheduling_is_planned_on_the_persistent_grid_only(monkeypatch):
     assert not _constexprs(inputs)["UNIFORM_TICKET"], "opt-in"
     monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"ws_uniform_ticket": True}}))
     assert _constexprs(inputs)["UNIFORM_TICKET"] and not _constexprs(inputs, window_right=-1)["UNIFORM_TICKET"]
+    paged_only = {"ws_uniform_ticket": "paged", "ws_dynamic_paged": True}
+    monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": paged_only}))
+    assert not _constexprs(inputs)["UNIFORM_TICKET"] and _constexprs(inputs)["DYNAMIC"], "contiguous: as the default"
+    assert _constexprs(paged)["UNIFORM_TICKET"] and _constexprs(paged)["DYNAMIC"], "paged: counter, uniform ticket"
+    assert not _constexprs(paged, window_right=-1)["UNIFORM_TICKET"], "non-causal paged: fixed shares"
 
 
 @pytest.mark.skipif(not (ON_HOPPER and attention_hopper.HAS_GLUON), reason="Gluon kernels run on a Hopper GPU only")

@@ -143,8 +143,10 @@ class AttentionConfig:
     # ws_dynamic: the drawn item made provably warp-uniform (a `redux.sync`) before the producer branches on it. Without
     # it ptxas guards the producer's loop for divergence: sm_90 SASS, D 128 causal, tail 4, contiguous 24 WARPSYNC
     # (fixed shares: 1), TMA pages 52 WARPSYNC, 45 BSSY and 62 TMA issue sites (1 / 10 / 34); with it 1 / 14 / 34.
-    # Contiguous K/V gained nothing from it (H100, session 32: b8x2048 +4.3%, b1x8192 +0.7%, varlen +0.1%)
-    ws_uniform_ticket: bool = False
+    # Contiguous K/V gained nothing from it (H100, session 32: b8x2048 +4.3%, b1x8192 +0.7%, varlen +0.1%; session 33:
+    # -0.2%, -0.4%, -2.9%); TMA pages under the counter did (session 33, with `ws_dynamic_paged`: b8x2048 paged -3.1%,
+    # 22 of 24 rounds). "paged": on paged launches only
+    ws_uniform_ticket: bool | str = False
     # Gluon prefill on the persistent grid with TMA loads: registers per thread of the producer warpgroup (0: 56,
     # `attention_hopper.PERSISTENT_PRODUCER_REGS`). The three warpgroups share 504 per thread: at 56 one consumer
     # warpgroup is held to 208, and the fp8 non-causal consumer (O, one block's P@V and S) spills in its inner loops.

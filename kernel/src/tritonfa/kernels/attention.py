@@ -1150,7 +1150,7 @@ def _plan_hopper_prefill(
         config.ws_fp8_p_one_rounding,
         _dynamic_grid(config, causal, block_table is not None),
         config.ws_dynamic_tail,
-        config.ws_uniform_ticket,
+        config.ws_uniform_ticket is True or (config.ws_uniform_ticket == "paged" and block_table is not None),
         config.ws_producer_regs,
         config.ws_fp8_row_sum_mma,
     )  # fmt: skip
