@@ -292,6 +292,16 @@ def matches(name: str, pattern: str) -> bool:
     return pattern in name
 
 
+def round_schedule(runs: list, rounds: int, order: str = "rotate") -> list[tuple[int, int, object]]:
+    """(round, position in the round, run) in the order they run: every run once per round; "rotate": round r
+    starts at runs[r % len(runs)], so each run takes each place in turn; "fixed": runs' order every round."""
+    schedule = []
+    for r in range(max(1, rounds)):
+        shift = r % len(runs) if order == "rotate" and runs else 0
+        schedule += [(r, position, run) for position, run in enumerate(runs[shift:] + runs[:shift])]
+    return schedule
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--plan", default="all", help=f"one of {sorted(PLANS)} or all")
@@ -303,6 +313,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=1,
                         help="run each workload's list (peers, variants) this many times in turn; the summary takes "
                              "each one's best (drift within a process shows as round-to-round changes)")  # fmt: skip
+    parser.add_argument("--order", choices=("rotate", "fixed"), default="rotate",
+                        help="rotate: round r starts at the list's entry r (mod its length), so no run is always "
+                             "first (session 33: two different kernels each came out +0.89%% in every round after "
+                             "the default); fixed: the list's order every round")  # fmt: skip
     args = parser.parse_args(argv)
 
     import torch
@@ -346,7 +360,7 @@ def main(argv: list[str] | None = None) -> int:
                 and ("fp8_q_for_fp8_kv" not in cfg or (workload.fp8_kv and not workload.fp8_q))
                 and (("env" not in cfg and "tma_key_major_v" not in cfg) or workload.fp8_kv)
             ]
-            for rnd, (impl, label, cfg) in ((r, run) for r in range(max(1, args.rounds)) for run in runs):
+            for rnd, position, (impl, label, cfg) in round_schedule(runs, args.rounds, args.order):
                 env = dict((cfg or {}).get("env", {}))
                 if cfg is not None:
                     env["TRITONFA_CONFIG"] = json.dumps({k: v for k, v in cfg.items() if k != "env"})
@@ -359,6 +373,7 @@ def main(argv: list[str] | None = None) -> int:
                     plan=plan, workload=name, impl=impl, variant=label, config=cfg, status=row.status, ms=row.ms,
                     tflops=row.tflops, gbps=row.gbps, error=row.error, reason=row.reason,
                     first_call_s=row.first_call_s, wall_s=time.perf_counter() - start, round=rnd,
+                    position=position,
                 )  # fmt: skip
                 sink.write(json.dumps(record) + "\n")
                 sink.flush()
