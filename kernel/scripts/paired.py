@@ -7,8 +7,8 @@ ratios separate a 1% change from noise.
 variants.py writes each workload's rounds one after the other, every run of a round together (the baseline first,
 or, with its default `--order rotate`, anywhere in the round); a variant's row is paired with the baseline row of
 its round: the run of consecutive rows of one workload and round number in which no variant repeats (a file
-appended to by two runs repeats the round numbers). Rows that are not `ok` (a wrong output or a failed launch) pair with
-nothing and are counted. `--split-order` also splits each variant's pairs by whether it ran after the baseline
+appended to by two runs repeats the round numbers). Rows that are not `ok` (a wrong output or a failed launch)
+pair with nothing and are counted. `--split-order` also splits each variant's pairs by whether it ran after the baseline
 or before it in its round (rows with a `position`): the order's own effect, where the rounds rotate.
 """
 
@@ -44,17 +44,19 @@ def paired_ratios(
             rounds.append([])
         rounds[-1].append(row)
     for members in rounds:
-        base = [r for r in members if r["variant"] == baseline and r.get("status") == "ok"]
-        left_out += sum(r["variant"] == baseline and r.get("status") != "ok" for r in members)
+        base = next((r for r in members if r["variant"] == baseline), None)  # a round runs each variant once
+        if base is not None and base.get("status") != "ok":
+            left_out += 1
+            base = None
         for row in members:
-            if row["variant"] == baseline:
+            if row is base or row["variant"] == baseline:
                 continue
-            if row.get("status") != "ok" or not base:
+            if row.get("status") != "ok" or base is None:
                 left_out += 1
                 continue
-            ran_after = row.get("position", 1) > base[-1].get("position", 0)
+            ran_after = row.get("position", 1) > base.get("position", 0)
             if after is None or after == ran_after:
-                ratios[(row["workload"], row["variant"])].append(row["ms"] / base[-1]["ms"] - 1)
+                ratios[(row["workload"], row["variant"])].append(row["ms"] / base["ms"] - 1)
     return ratios, left_out
 
 

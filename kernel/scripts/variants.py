@@ -27,8 +27,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 # environment variables for that run instead
 PREFILL_VARIANTS = {
     "default": {},
-    # the default again, timed after it in every round: the noise floor and any order effect (session 33: every
-    # variant of the mixed batch came out +0.89% in all 40 pairs, two different kernels alike)
+    # the default again, through an override: the noise floor beside every A/B (session 33: every variant of the
+    # mixed batch came out +0.89% in all 40 pairs, two different kernels alike - the order, see --order)
     "default-again": {"ws_dynamic_tail": 4},
     "no-tma": {"tma": False},
     "bn128-s2": {"block_n": 128, "num_stages": 2},
