@@ -166,7 +166,28 @@ def _compile_bound(spec: dict[str, Any], target: Any) -> Any:
         from triton.experimental.gluon._runtime import GluonASTSource as Source
     else:
         from triton.compiler import ASTSource as Source
-    return triton.compile(Source(fn, signature, constexprs, attrs), target=target, options=options.__dict__)
+    compiled = triton.compile(Source(fn, signature, constexprs, attrs), target=target, options=options.__dict__)
+    return compiled, (fn, Source, signature, constexprs, attrs)
+
+
+def launcher_prediction_error(jit_args: tuple, compiled: Any) -> str | None:
+    """tritonfa builds a kernel's C launcher beside its compile from a prediction of the launcher's source
+    (tritonfa.kernels.launch.predicted_launcher_source); where this Triton builds such launchers, the prediction must
+    be the source the compiled kernel's load will build, else the head start builds a launcher nobody uses."""
+    from tritonfa.kernels.launch import predicted_launcher_source
+
+    fn, source_type, signature, constexprs, attrs = jit_args
+    if not hasattr(fn, "ASTSource"):
+        fn.ASTSource = source_type  # what the JIT's binder sets before a compile (it needs a GPU driver)
+    predicted = predicted_launcher_source(fn, signature, constexprs, attrs)
+    if predicted is None:
+        return None
+    from triton.backends.nvidia.driver import make_launcher
+
+    src = source_type(fn, signature, constexprs, attrs)
+    constants = {(fn.arg_names.index(k),) if isinstance(k, str) else k: v for k, v in src.constants.items()}
+    actual = make_launcher(constants, dict(src.signature), getattr(compiled.metadata, "tensordesc_meta", None))
+    return None if predicted == actual else "predicted C launcher source differs from the compiled kernel's"
 
 
 def compile_one(arch: str, spec: dict[str, Any]) -> Result:
@@ -181,11 +202,12 @@ def compile_one(arch: str, spec: dict[str, Any]) -> Result:
     try:
         target = GPUTarget(backend, target_arch, warp_size)
         if "bound_args" in spec:
-            compiled = _compile_bound(spec, target)
+            compiled, jit_args = _compile_bound(spec, target)
         else:
             fn, signature, constexprs, attrs = _normalize(spec)
             src = ASTSource(fn=fn, signature=signature, constexprs=constexprs, attrs=attrs)
             compiled = triton.compile(src, target=target, options=options)
+            jit_args = (fn, ASTSource, signature, constexprs, attrs)
         md = compiled.metadata
         res.shared = int(md.shared)
         res.num_warps = int(md.num_warps)
@@ -196,6 +218,8 @@ def compile_one(arch: str, spec: dict[str, Any]) -> Result:
             res.regs, res.sgprs, res.spills = _amd_resources(compiled.asm["amdgcn"])
         if res.shared > shared_limit:
             res.error = f"needs {res.shared} B of shared memory, {arch} has {shared_limit} B: fails at launch"
+        elif backend == "cuda" and (launcher_error := launcher_prediction_error(jit_args, compiled)):
+            res.error = launcher_error
         else:
             res.ok = True
     except Exception as e:  # noqa: BLE001 - every failure is reported, none is fatal to the others

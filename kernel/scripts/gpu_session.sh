@@ -35,6 +35,7 @@
 #   first-call-serial      the same with TRITONFA_COMPILE_AHEAD=0 (a call's new kernels one after the other), in serial/
 #                          (kernel/scripts/first_call.py: compile stages vs the rest; issue 11 asks <= 5 s); early in a
 #                          chain, while the host is idle; first_call.json into RESULTS_DIR
+#   first-call-launcher:ONLY  TRITONFA_LAUNCHER_AHEAD on / off / on / off (the C launcher built beside the compile)
 #   program-ends:ONLY[:VARIANT]  kernel/scripts/program_ends.py: when each SM's persistent prefill program ends
 #                          (ONLY: workload patterns, '+' between; VARIANT: a variants.py prefill variant);
 #                          program_ends_<n>.{log,json}
@@ -154,6 +155,14 @@ await_peers() {  # with PEER_PYTHONPATH: wait up to PEER_WAIT_S seconds (default
         only="${step#first-call:}"
         timeout -s KILL 300 python3 kernel/scripts/first_call.py --only "${only//+/,}" --out "$out" 2>&1 |
           tail -n 12 ;;
+      first-call-launcher:*)  # first-call-launcher:ONLY: the C launcher built beside the compile, on / off / on / off
+        only="${step#first-call-launcher:}"
+        for run in on1 off1 on2 off2; do
+          case "$run" in on*) ahead=1 ;; *) ahead=0 ;; esac
+          echo "launcher ahead $run"
+          TRITONFA_LAUNCHER_AHEAD="$ahead" timeout -s KILL 300 python3 kernel/scripts/first_call.py \
+            --only "${only//+/,}" --out "$out/first_call_launcher_$run" 2>&1 | tail -n 6
+        done ;;
       first-call-serial)
         TRITONFA_COMPILE_AHEAD=0 timeout -s KILL 300 python3 kernel/scripts/first_call.py --out "$out/serial" 2>&1 |
           tail -n 12 ;;

@@ -354,3 +354,131 @@ def test_compile_ahead_raises_a_compile_error(fake_compile):
 
     with pytest.raises(RuntimeError, match="ptxas failed"):
         launch_module.compile_ahead([Planned(Broken("broken", 0.0), 1), Planned(SlowWarmup("ok", 0.0), 2)])
+
+
+def hook_call(module: str, name: str):
+    """The keyword arguments Triton's JIT passes its jit_cache_hook before compiling a kernel of `module`."""
+    from types import SimpleNamespace
+
+    jit_function = SimpleNamespace(fn=SimpleNamespace(__module__=module), name=name)
+    compile_info = {"signature": {"x_ptr": "*fp32"}, "constants": {}, "configs": [{}]}
+    return {"key": name, "repr": name, "fn": SimpleNamespace(jit_function=jit_function), "compile": compile_info,
+            "is_manual_warmup": False, "already_compiled": False}  # fmt: skip
+
+
+@pytest.fixture
+def fake_launcher_builds(monkeypatch):
+    """The launcher head start with its prediction and its C build faked: builds[i] = (source, thread name)."""
+    import threading
+
+    builds = []
+    done = threading.Event()
+
+    def build(source):
+        builds.append((source, threading.current_thread().name))
+        done.set()
+
+    monkeypatch.setattr(launch_module, "_launcher_ahead_on", lambda: True)
+    monkeypatch.setattr(launch_module, "predicted_launcher_source", lambda fn, *rest: f"launcher of {fn.name}")
+    monkeypatch.setattr(launch_module, "_build_launcher", build)
+    monkeypatch.setattr(launch_module, "_LAUNCHERS_STARTED", set())
+    monkeypatch.setattr(triton_knobs().runtime, "jit_cache_hook", None)
+    return builds, done
+
+
+def triton_knobs():
+    import triton
+
+    return triton.knobs
+
+
+def test_launcher_head_start_builds_each_tritonfa_launcher_once_in_a_thread(fake_launcher_builds):
+    builds, done = fake_launcher_builds
+    runtime = triton_knobs().runtime
+    with launch_module.launchers_beside_compiles():
+        hook = runtime.jit_cache_hook
+        assert hook is not None, "installed while a tritonfa compile runs"
+        with launch_module.launchers_beside_compiles():  # compile_ahead's threads nest and overlap
+            assert hook(**hook_call("tritonfa.kernels.attention", "prefill")) is None, "never skips a compile"
+            assert done.wait(5)
+            assert hook(**hook_call("tritonfa.kernels.attention", "prefill")) is None
+            assert hook(**hook_call("someone.else", "theirs")) is None
+        assert runtime.jit_cache_hook is hook, "the outer use still runs"
+    assert runtime.jit_cache_hook is None, "gone when the last use leaves"
+    assert builds == [("launcher of prefill", "tritonfa-launcher")], "once per source, tritonfa kernels only"
+
+
+def test_launcher_head_start_keeps_the_hook_found_before(fake_launcher_builds, monkeypatch):
+    builds, done = fake_launcher_builds
+    runtime = triton_knobs().runtime
+    seen = []
+
+    def theirs(**kwargs):
+        seen.append(kwargs["fn"].jit_function.name)
+        return kwargs["fn"].jit_function.name == "skip"  # True: Triton skips this compile
+
+    monkeypatch.setattr(runtime, "jit_cache_hook", theirs)
+    with launch_module.launchers_beside_compiles():
+        assert runtime.jit_cache_hook(**hook_call("tritonfa.kernels.attention", "skip")) is True, "their answer"
+        assert runtime.jit_cache_hook(**hook_call("tritonfa.kernels.attention", "decode")) is False
+        assert done.wait(5)
+    assert runtime.jit_cache_hook is theirs
+    assert seen == ["skip", "decode"]
+    assert builds == [("launcher of decode", "tritonfa-launcher")], "no head start for a compile that is skipped"
+
+
+def test_launcher_head_start_off(fake_launcher_builds, monkeypatch):
+    builds, _ = fake_launcher_builds
+    monkeypatch.setattr(launch_module, "_launcher_ahead_on", lambda: False)
+    with launch_module.launchers_beside_compiles():
+        assert triton_knobs().runtime.jit_cache_hook is None
+    monkeypatch.undo()
+    monkeypatch.setenv("TRITONFA_LAUNCHER_AHEAD", "0")
+    assert not launch_module._launcher_ahead_on()
+    assert not builds
+
+
+@pytest.mark.skipif(
+    not (ON_GPU and not torch.version.hip and torch.cuda.get_device_capability()[0] == 9),
+    reason="the Gluon prefill's C launcher: a Hopper GPU",
+)
+def test_gluon_prefill_launcher_is_built_beside_its_compile(monkeypatch, tmp_path):
+    """On the GPU, with an empty Triton cache, where Triton builds a C launcher per kernel (triton 3.6): the Gluon
+    prefill's launcher is built once, in the head start's thread (the kernel's load finds it in the cache), and the
+    output matches the reference."""
+    import collections
+    import threading
+
+    import triton.runtime.build as triton_build
+
+    from tritonfa.kernels import attention, attention_hopper, plan_cache
+
+    if not attention_hopper.HAS_GLUON:
+        pytest.skip("this triton has no Gluon")
+    try:
+        from triton.backends.nvidia.driver import make_launcher  # noqa: F401
+    except ImportError:
+        pytest.skip("this triton launches every kernel through one generic launcher")
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "cache"))
+    for fn in (attention.attention_fwd_kernel, attention_hopper.attention_fwd_hopper_kernel):
+        monkeypatch.setattr(fn, "device_caches", collections.defaultdict(fn.create_binder))
+    monkeypatch.setattr(launch_module, "_COMPILED", {})
+    monkeypatch.setattr(launch_module, "_LAUNCHERS_STARTED", set())
+    plan_cache.clear()
+    c_builds = collections.Counter()  # (C source file's text, thread name) -> builds
+    original_build = triton_build._build
+
+    def counted_build(name, src, *rest):
+        with open(src) as f:
+            c_builds[(f.read(), threading.current_thread().name)] += 1
+        return original_build(name, src, *rest)
+
+    monkeypatch.setattr(triton_build, "_build", counted_build)
+    inputs = make_inputs([1000], [1000], num_heads=(8, 2), head_size=128)
+    atol, rtol = TOLERANCES[torch.bfloat16]
+    check_against_reference(inputs, atol, rtol, causal=True)
+    plan_cache.clear()
+    gluon = [(source, thread) for source, thread in c_builds if "tensordesc" in source or "CUtensorMap" in source]
+    assert gluon, f"no launcher with TMA descriptors built: {[thread for _, thread in c_builds]}"
+    assert [thread for _, thread in gluon] == ["tritonfa-launcher"], "built once, beside the compile"
+    assert all(count == 1 for count in c_builds.values())

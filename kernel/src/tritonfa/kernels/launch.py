@@ -11,11 +11,17 @@ launcher directly; a key's first call goes through Triton, which compiles or fin
 Off in Triton's interpreter, with launch hooks installed (profilers), and with TRITONFA_PREPARED_LAUNCH=0.
 
 `compile_ahead`: the kernels of a call's launches that have not run yet, compiled side by side.
+
+`launchers_beside_compiles`: where Triton builds a C launcher per kernel signature after the compile (triton 3.6's
+CUDA driver, the GPU images'; ~1 s of the host's C compiler), that launcher is built in a thread while the kernel
+compiles. TRITONFA_LAUNCHER_AHEAD=0 turns it off.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -140,6 +146,106 @@ def prepared(fn, args: tuple, constexprs: dict[str, Any], options: dict[str, Any
     return None if entry is None else (device, entry)
 
 
+def predicted_launcher_source(jit_fn, signature: dict, constexprs: dict, attrs: dict) -> str | None:
+    """The C source of the launcher that loading this kernel will build, from what the JIT knows before compiling
+    it (the arguments of Triton's `jit_cache_hook`); None where this Triton builds no such launcher (3.7+: one
+    generic launcher) or the source depends on the compile (a Triton kernel's descriptor argument may or may not be
+    lowered to TMA). Mirrors triton 3.6's CudaLauncher: the launcher's text asks of the compile's descriptor
+    metadata only whether each entry is None, and a Gluon kernel's host descriptors are TMA descriptors (never None);
+    ci/crosscompile.py checks the prediction against the compiled metadata of every sm_90 config."""
+    try:
+        from triton.backends.nvidia import driver as cuda_driver
+    except ImportError:
+        return None
+    make_launcher = getattr(cuda_driver, "make_launcher", None)
+    source_type = getattr(jit_fn, "ASTSource", None)  # set by the JIT's binder (Gluon's subclass for Gluon kernels)
+    if make_launcher is None or source_type is None:
+        return None
+    src = source_type(jit_fn, signature, constexprs, attrs)
+    descriptors = sum(isinstance(ty, str) and ty.startswith("tensordesc") for ty in src.signature.values())
+    is_gluon = getattr(jit_fn, "is_gluon", lambda: False)()
+    if descriptors and not is_gluon:
+        return None
+    constants = {(jit_fn.arg_names.index(k),) if isinstance(k, str) else k: v for k, v in src.constants.items()}
+    return make_launcher(constants, dict(src.signature), [{}] * descriptors or None)
+
+
+def _build_launcher(source: str) -> None:
+    """Build (or find in Triton's cache) the launcher module of this source as triton 3.6's CudaLauncher does: same
+    module name and source, so the same cache entry, which the kernel's load then finds. A failure here is left to
+    that load, which builds it again and reports it."""
+    try:
+        from triton.backends.nvidia import driver as cuda_driver
+        from triton.runtime.build import compile_module_from_src
+
+        compile_module_from_src(
+            src=source, name="__triton_launcher", library_dirs=cuda_driver.library_dirs(),
+            include_dirs=cuda_driver.include_dirs, libraries=cuda_driver.libraries,
+        )  # fmt: skip
+    except Exception:  # noqa: BLE001 - only a head start: the load builds it again
+        pass
+
+
+_LAUNCHERS_STARTED: set[str] = set()
+_HOOK_LOCK = threading.Lock()
+_hook_state: dict[str, Any] = {"depth": 0, "previous": None}
+
+
+def _build_launcher_beside_compile(**hook_kwargs) -> bool | None:
+    """Triton's jit_cache_hook (called before each compile of a JIT cache miss) while a tritonfa compile runs: the
+    hook found installed before is called as before (its answer is Triton's), then a tritonfa kernel's launcher
+    starts building in a thread."""
+    previous = _hook_state["previous"]
+    answer = previous(**hook_kwargs) if previous is not None else None
+    try:
+        jit_fn, info = hook_kwargs["fn"].jit_function, hook_kwargs["compile"]
+        if answer or not jit_fn.fn.__module__.startswith("tritonfa."):
+            return answer
+        source = predicted_launcher_source(jit_fn, info["signature"], info["constants"], info["configs"][0])
+    except Exception:  # noqa: BLE001 - another Triton's hook arguments: no head start
+        return answer
+    with _HOOK_LOCK:
+        if source is None or source in _LAUNCHERS_STARTED:
+            return answer
+        _LAUNCHERS_STARTED.add(source)
+    threading.Thread(target=_build_launcher, args=(source,), name="tritonfa-launcher", daemon=True).start()
+    return answer
+
+
+def _launcher_ahead_on() -> bool:
+    if is_off(read_environ("TRITONFA_LAUNCHER_AHEAD")):
+        return False
+    try:
+        return driver.active.get_current_target().backend == "cuda"
+    except Exception:  # noqa: BLE001 - no active GPU driver (the interpreter)
+        return False
+
+
+@contextlib.contextmanager
+def launchers_beside_compiles():
+    """Within: a tritonfa kernel that compiles has its C launcher built beside it (see the module's docstring).
+    Nested and concurrent uses (compile_ahead's threads) share one installation; the hook found before is back
+    when the last one leaves."""
+    if not _launcher_ahead_on():
+        yield
+        return
+    runtime = triton.knobs.runtime
+    with _HOOK_LOCK:
+        if _hook_state["depth"] == 0:
+            _hook_state["previous"] = runtime.jit_cache_hook
+            runtime.jit_cache_hook = _build_launcher_beside_compile
+        _hook_state["depth"] += 1
+    try:
+        yield
+    finally:
+        with _HOOK_LOCK:
+            _hook_state["depth"] -= 1
+            if _hook_state["depth"] == 0:
+                if runtime.jit_cache_hook is _build_launcher_beside_compile:
+                    runtime.jit_cache_hook = _hook_state["previous"]
+                _hook_state["previous"] = None
+
+
 def _use_device(device: int) -> None:
     torch.cuda.set_device(device)  # the current device is per thread: a new thread starts on device 0
 
@@ -148,11 +254,12 @@ def _compile_and_load(device: int, launches: list) -> None:
     """Compile each launch's kernel as `fn[grid](...)` would (Triton's warmup: its key, its caches; nothing runs) and
     load it: the module onto the device and its C launcher built (what the first launch would do next)."""
     _use_device(device)
-    for planned in launches:
-        kernel = planned.fn.warmup(*planned.args, grid=planned.grid, **planned.constexprs, **planned.options)
-        load = getattr(kernel, "_init_handles", None)  # triton 3.x; elsewhere the first launch loads it
-        if load is not None:
-            load()
+    with launchers_beside_compiles():
+        for planned in launches:
+            kernel = planned.fn.warmup(*planned.args, grid=planned.grid, **planned.constexprs, **planned.options)
+            load = getattr(kernel, "_init_handles", None)  # triton 3.x; elsewhere the first launch loads it
+            if load is not None:
+                load()
 
 
 def compile_ahead(launches: list) -> None:
@@ -200,7 +307,8 @@ def launch(fn, grid: tuple[int, ...], args: tuple, constexprs: dict[str, Any], o
         fn[grid](*args, **constexprs, **options)
         return
     if entry is None:
-        kernel = fn[grid](*args, **constexprs, **options)
+        with launchers_beside_compiles():
+            kernel = fn[grid](*args, **constexprs, **options)
         if hasattr(kernel, "result"):  # a future of an asynchronous compile
             kernel = kernel.result()
         if kernel is None or not hasattr(kernel, "packed_metadata"):
