@@ -106,6 +106,17 @@ def tokenize_split(tokenizer, docs: list[dict], split: str, char_limit: int = 0)
     return torch.tensor(ids, dtype=torch.int32)
 
 
+def summed_nll(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """The summed next-token negative log-likelihood of `labels` (-100: not counted) under `logits` [..., vocab],
+    with ops that are deterministic on CUDA: cross_entropy over [batch, vocab, tokens] runs nll_loss2d, which has
+    no deterministic CUDA kernel (it raises under torch.use_deterministic_algorithms); a 1-D gather does."""
+    vocab = logits.shape[-1]
+    log_probs = logits.float().log_softmax(-1).reshape(-1)
+    flat = labels.reshape(-1)
+    index = torch.arange(flat.numel(), device=flat.device) * vocab + flat.clamp_min(0)
+    return -(log_probs.gather(0, index) * (flat != -100)).sum()
+
+
 def build_model(s: Settings, vocab_size: int, eos_id: int):
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -171,8 +182,7 @@ def heldout_nll(model, stream: torch.Tensor, s: Settings, device, autocast) -> t
         labels = ids[:, 1:].to(device)
         with autocast():
             logits = model(input_ids=inputs).logits.float()
-        nll = torch.nn.functional.cross_entropy(logits.transpose(1, 2), labels, ignore_index=-100, reduction="sum")
-        total += nll.item()
+        total += summed_nll(logits, labels).item()
         count += int((labels != -100).sum())
     model.train()
     return total / max(count, 1), count
@@ -237,7 +247,7 @@ def train(args) -> dict:
             group["lr"] = lr_at(step, s)
         with autocast():
             logits = model(input_ids=batch[:, :-1]).logits
-        loss = torch.nn.functional.cross_entropy(logits.float().transpose(1, 2), batch[:, 1:])
+        loss = summed_nll(logits, batch[:, 1:]) / batch[:, 1:].numel()
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), s.grad_clip)

@@ -71,3 +71,23 @@ def test_train_smoke_deterministic_and_loadable(tmp_path):
     with torch.no_grad():
         logits = model(input_ids=torch.tensor([ids])).logits
     assert logits.shape == (1, len(ids), len(tokenizer)) and torch.isfinite(logits).all()
+
+
+def test_summed_nll_matches_cross_entropy_and_skips_ignored_labels():
+    """The training loss (a 1-D gather: deterministic on CUDA, where cross_entropy over [batch, vocab, tokens] raises
+    under torch.use_deterministic_algorithms) is cross_entropy's summed value, with -100 labels left out."""
+    import torch
+
+    sys.path.insert(0, str(ACCURACY))
+    try:
+        from train_tiny_llama import summed_nll
+    finally:
+        sys.path.remove(str(ACCURACY))
+    torch.manual_seed(0)
+    logits = torch.randn(3, 17, 29, dtype=torch.bfloat16)
+    labels = torch.randint(0, 29, (3, 17))
+    labels[0, 5:] = -100
+    expected = torch.nn.functional.cross_entropy(logits.float().transpose(1, 2), labels, reduction="sum")
+    assert torch.allclose(summed_nll(logits, labels), expected, rtol=1e-5)
+    labels[1, 3] = (labels[1, 3] + 1) % 29  # another token: another value
+    assert not torch.allclose(summed_nll(logits, labels), expected, rtol=1e-5)
