@@ -53,6 +53,7 @@
 #                          lm-eval if it imports, else --engine native) into RESULTS_DIR/lm_eval; vLLM from
 #                          PEER_PYTHONPATH once PEER_READY exists; killed after LM_EVAL_TIMEOUT seconds (default 1200)
 #   lm-eval:ARGS           the same with ARGS ('+' for ' ') passed to run_lm_eval.py, e.g. lm-eval:--backends+CUSTOM
+#                          (LM_EVAL_MODEL: the model's folder instead, e.g. one trained beside an earlier step)
 #   verify                 GPU test suite, memcheck, benchmark (gpu_verify.sh; PEER_PYTHONPATH / PEER_READY;
 #                          VERIFY_PARTS picks and orders them, default "suite memcheck bench")
 #   verify:PARTS           the same with PARTS ('+'-separated, e.g. verify:bench or verify:suite+memcheck)
@@ -217,7 +218,7 @@ await_peers() {  # with PEER_PYTHONPATH: wait up to PEER_WAIT_S seconds (default
         args=""
         [ "$step" = lm-eval ] || args="${step#lm-eval:}"
         await_peers
-        model=accuracy/models/tiny-llama-s0
+        model="${LM_EVAL_MODEL:-accuracy/models/tiny-llama-s0}"  # a folder outside the tree survives the chain
         (
           export PYTHONPATH="${PEER_PYTHONPATH:+$PEER_PYTHONPATH:}$PYTHONPATH"
           if [ ! -e "$model/model.safetensors" ]; then
