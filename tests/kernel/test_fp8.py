@@ -161,3 +161,23 @@ def test_portable_kernel_rounds_p_at_the_block_max(v_dtype):
     on_max_grid = run_reference(inputs, causal=True, fp8_p_round_trip=v_dtype, fp8_p_to_max=True)
     v_max = inputs.v.float().abs().max().item()
     assert (out.double() - on_max_grid).abs().max().item() <= 1e-4 * v_max
+
+
+@pytest.mark.parametrize("profile", ["falls", "rises", "empty_block"])
+def test_fp8_v_key_blocks_far_from_the_running_max(profile):
+    """fp8 V rounds P per key block (its row max at fp8's max) and keeps O and l at the latest block's max. Blocks
+    whose scores sit ~216 log2 units below an earlier peak (falls: clamped 2^64 under the running max, their P
+    underflows), far above the earlier ones (rises), or whose keys are all masked by the bias in the middle of the
+    range (empty_block: the reference carries over): the output stays finite and within fp8's error of float64."""
+    seqlens_k = [300, 260]
+    inputs = make_inputs([3, 5], seqlens_k, num_heads=(4, 2), head_size=64, dtype=torch.bfloat16,
+                         kv_dtype=PLATFORM_E4M3)  # fmt: skip
+    bias = torch.randn(inputs.batch, inputs.num_q_heads, inputs.max_seqlen_q, inputs.max_seqlen_k, device=DEVICE)
+    if profile == "falls":
+        bias[..., :40] += 150.0  # the first keys' scores e^150 above the rest
+    elif profile == "rises":
+        bias[..., 200:] += 150.0
+    else:
+        bias[..., 64:256] = float("-inf")  # whole key blocks of 64 or 128 keys see nothing
+    out = check_low_precision(inputs, causal=False, bias=bias)
+    assert torch.isfinite(out).all()

@@ -96,6 +96,7 @@ def _attend_kv_range(
     acc,
     l_i,
     m_i,
+    m_ref,  # V_IS_FP8: the row max acc and l are kept at (see below; -inf before a row's first key)
     q,
     q_lo,  # Q_SPLIT: q's second fp8 term (the rest after q's rounding)
     score_scale,  # [BM] fp32: softmax scale x descales (x q's row scale when q is quantized), natural log units
@@ -316,18 +317,23 @@ def _attend_kv_range(
         alpha = tl.exp2(m_i - m_safe)
         if V_IS_FP8:
             # P relative to this block's row max, scaled so that it is fp8's max: small probabilities keep the
-            # format's exponent range whatever the running max (a sink or an earlier peak) is. beta brings the block
-            # back to the running max's scale (and divides the fp8 max out) in fp32.
-            m_tile_safe = tl.where(m_tile == float("-inf"), m_safe, m_tile)
-            b_p = tl.exp2(b_s * fold[:, None] - (m_tile_safe - P_TILE_MAX_LOG2)[:, None])  # [BM, BN], <= P_TILE_MAX
-            beta = tl.exp2(m_tile_safe - m_safe) * (1.0 / P_TILE_MAX)  # [BM]
-            l_i = l_i * alpha + tl.sum(b_p, 1) * beta
-            acc = acc * alpha[:, None]
+            # format's exponent range whatever the running max (a sink or an earlier peak) is. acc and l are kept at
+            # that same reference (m_ref, this block's row max, at most 2^64 below the running max so that they
+            # stay finite): moving them from one block's reference to the next is the one factor per row the running
+            # max gives otherwise, and the block's P@V joins acc without a multiply. A row with no key in this block
+            # keeps its reference (0 while it has none: acc and l are 0 there).
+            m_ref_new = tl.maximum(m_tile, m_new - 64.0)
+            m_keep = tl.where(m_new == float("-inf"), 0.0, m_ref)
+            m_ref_new = tl.where(m_tile == float("-inf"), m_keep, m_ref_new)
+            rebase = tl.exp2(m_ref - m_ref_new)  # [BM], 0 before a row's first key
+            b_p = tl.exp2(b_s * fold[:, None] - (m_ref_new - P_TILE_MAX_LOG2)[:, None])  # [BM, BN], <= P_TILE_MAX
+            l_i = l_i * rebase + tl.sum(b_p, 1)
             b_pv = tl.dot(b_p.to(b_v.dtype).to(PV_DTYPE), b_v.to(PV_DTYPE), input_precision=DOT_PRECISION)
             # added to acc in fp32, not passed into the dot: Hopper's fp8 MMA keeps 13 mantissa bits of its
             # accumulator, so chaining acc through every block of a long context shrinks the output (2.5% at 32k keys
             # in the interpreter's model of it)
-            acc += b_pv * beta[:, None]
+            acc = acc * rebase[:, None] + b_pv
+            m_ref = tl.where(m_new == float("-inf"), float("-inf"), m_ref_new)
         else:
             b_p = tl.exp2(b_s * fold[:, None] - m_safe[:, None])  # [BM, BN]
             l_i = l_i * alpha + tl.sum(b_p, 1)
@@ -340,7 +346,7 @@ def _attend_kv_range(
         m_i = m_new
     if KEYS_AS_ROWS:
         acc = tl.trans(acc_t)
-    return acc, l_i, m_i
+    return acc, l_i, m_i, m_ref
 
 
 @triton.jit(
@@ -577,6 +583,7 @@ def attention_fwd_kernel(
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_DV], dtype=tl.float32)
+    m_ref = m_i  # V_IS_FP8: the reference acc and l are kept at (_attend_kv_range)
 
     diagonal = seq_k_len - seq_q_len  # bottom-right alignment: query i lines up with key i + diagonal
     q_first = q_tile_start
@@ -628,9 +635,9 @@ def attention_fwd_kernel(
     for part in tl.static_range(3):
         range_lo = kv_lo if part == 0 else (mid_lo if part == 1 else mid_hi)
         range_hi = mid_lo if part == 0 else (mid_hi if part == 1 else kv_hi)
-        acc, l_i, m_i = _attend_kv_range(
-            acc, l_i, m_i, b_q, b_q_lo, score_scale, range_lo, range_hi, k_ptr, v_ptr, k_desc, v_desc, block_table_row,
-            bias_base, kv_head, seq_k_start, seq_k_len, num_blocks, q_idx, row_valid, head_of_row,
+        acc, l_i, m_i, m_ref = _attend_kv_range(
+            acc, l_i, m_i, m_ref, b_q, b_q_lo, score_scale, range_lo, range_hi, k_ptr, v_ptr, k_desc, v_desc,
+            block_table_row, bias_base, kv_head, seq_k_start, seq_k_len, num_blocks, q_idx, row_valid, head_of_row,
             alibi_slope_log2, softcap, diagonal, window_left, window_right, bias_len_q, bias_len_k,
             stride_k_block, stride_k_tok, stride_k_head, stride_k_dim,
             stride_v_block, stride_v_tok, stride_v_head, stride_v_dim,
@@ -641,6 +648,8 @@ def attention_fwd_kernel(
             PV_DTYPE, V_IS_FP8, P_TILE_MAX, P_TILE_MAX_LOG2, DOT_PRECISION,
         )  # fmt: skip
 
+    if V_IS_FP8:
+        m_i = m_ref - P_TILE_MAX_LOG2  # acc and l as at a running max: P_TILE_MAX is the reference's P
     if HAS_SINK and not SPLIT_KV:
         # The sink joins the denominator only now: had it started the running max, P would be quantized relative
         # to the sink instead of the row's top key (fp8 V loses precision when the sink dominates).

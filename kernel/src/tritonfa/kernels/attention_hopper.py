@@ -644,12 +644,15 @@ if HAS_GLUON:
                       CAUSAL: gl.constexpr, BLOCK_N: gl.constexpr, s_layout: gl.constexpr,
                       ROW_SCALE: gl.constexpr, P_SCALE_LOG2: gl.constexpr,
                       P_PER_TILE: gl.constexpr = False, LEAN_SOFTMAX: gl.constexpr = False,
-                      ROW_SUM: gl.constexpr = True):  # fmt: skip
-        # b_s: [BM, BN] raw scores of key block j; returns P (fp32), the new running max and sum, O's factor, and
-        # the factor of this block's P@V (P_PER_TILE; else alpha, unused).
+                      ROW_SUM: gl.constexpr = True, m_ref=0):  # fmt: skip
+        # b_s: [BM, BN] raw scores of key block j; returns P (fp32), the new running max and sum, O's (and l's)
+        # factor, and (P_PER_TILE) the reference max O and l are kept at from this block on (else alpha, unused).
         # qk_scale: scores -> log2 units, a scalar or (ROW_SCALE, a quantized q's row scales) [BM] and positive.
         # P_SCALE_LOG2: P (and l) come out 2^P_SCALE_LOG2 times larger, for fp8 P's range. P_PER_TILE instead: P
-        # relative to this block's row max, which comes out as fp8's max (P_TILE_MAX); l stays unscaled.
+        # relative to this block's row max, which comes out as fp8's max (P_TILE_MAX), and O and l kept at that
+        # scale too (m_ref: the previous block's reference; -inf before a row's first key): moving them from one
+        # block's reference to the next is the factor the running max gives otherwise, so per-block P costs no
+        # multiply per O value (the fp8 study's (b) at (c)'s instruction count).
         # Block j starts key_shift keys before key j * BLOCK_N of the sequence (fp8: the key grid starts on a group
         # of the key-major copy; 0 otherwise); keys before the sequence's first are masked like those after its last.
         # ROW_SUM False: l is left as it is (the caller sums P on the tensor cores, ROW_SUM_MMA).
@@ -674,19 +677,24 @@ if HAS_GLUON:
         alpha = gl.exp2(m_i - m_use)
         beta = alpha
         if P_PER_TILE:
+            # this block's reference: its row max, at most 2^64 below the running max (P further down underflows
+            # fp8 anyway; the bound keeps O and l, held at the reference, finite)
+            m_ref_new = gl.maximum(m_tile, m_new - 64.0)
+            if MASKED:  # a row with no key in this block keeps its reference (0 while it has none: O, l are 0)
+                m_keep = gl.where(m_new == float("-inf"), 0.0, m_ref)
+                m_ref_new = gl.where(m_tile == float("-inf"), m_keep, m_ref_new)
+            alpha = gl.exp2(m_ref - m_ref_new)  # 0 before a row's first key (O and l are 0 there)
+            m_use = m_ref_new - P_TILE_MAX_LOG2
             if MASKED:
-                m_tile = gl.where(m_tile == float("-inf"), m_use, m_tile)  # a row with no key in this block
-            beta = gl.exp2(m_tile - m_use) * (1.0 / P_TILE_MAX)
-            m_use = m_tile - P_TILE_MAX_LOG2
+                m_ref_new = gl.where(m_new == float("-inf"), float("-inf"), m_ref_new)
+            beta = m_ref_new
         elif P_SCALE_LOG2 != 0:
             m_use = m_use - P_SCALE_LOG2
         if ROW_SCALE:
             b_p = gl.exp2(b_s * gl.expand_dims(qk_scale, 1) - gl.expand_dims(m_use, 1))
         else:
             b_p = gl.exp2(b_s * qk_scale - gl.expand_dims(m_use, 1))
-        if P_PER_TILE:
-            l_i = l_i * alpha + gl.sum(b_p, 1) * beta
-        elif ROW_SUM:
+        if ROW_SUM:
             l_i = l_i * alpha + gl.sum(b_p, 1)
         return b_p, m_new, l_i, alpha, beta
 
@@ -778,7 +786,7 @@ if HAS_GLUON:
 
     @gluon.jit
     def _kv_step(j, it0, turn0, q_smem, k_bufs, v_bufs, k_ready, v_ready, kv_empty, turns, s_zero,
-                 o_zero, b_o, m_i, l_i, p_prev, beta_prev, key_shift, q_pos, seq_k_len, diagonal, qk_scale,
+                 o_zero, b_o, m_i, l_i, p_prev, m_ref, key_shift, q_pos, seq_k_len, diagonal, qk_scale,
                  MASKED: gl.constexpr, CAUSAL: gl.constexpr, s_layout: gl.constexpr, o_layout: gl.constexpr,
                  p_layout: gl.constexpr, WG: gl.constexpr, PINGPONG: gl.constexpr, V_KEY_MAJOR: gl.constexpr,
                  P_SCALE_LOG2: gl.constexpr, TWO_LEVEL: gl.constexpr, P_PER_TILE: gl.constexpr,
@@ -801,9 +809,10 @@ if HAS_GLUON:
         _pass_turn(turns, WG, PINGPONG)
         b_s = warpgroup_mma_wait(num_outstanding=2 if ROW_SUM_MMA else 1, deps=(s_tok,))
         _release_k(kv_empty, s, STAGES)
-        b_p, m_i, l_i, alpha, beta = _softmax_step(b_s, m_i, l_i, j, key_shift, q_pos, seq_k_len, diagonal, qk_scale,
-                                                   MASKED, CAUSAL, BLOCK_N, s_layout, ROW_SCALE, P_SCALE_LOG2,
-                                                   P_PER_TILE, LEAN_SOFTMAX, not ROW_SUM_MMA)  # fmt: skip
+        b_p, m_i, l_i, alpha, m_ref = _softmax_step(b_s, m_i, l_i, j, key_shift, q_pos, seq_k_len, diagonal,
+                                                    qk_scale, MASKED, CAUSAL, BLOCK_N, s_layout, ROW_SCALE,
+                                                    P_SCALE_LOG2, P_PER_TILE, LEAN_SOFTMAX, not ROW_SUM_MMA,
+                                                    m_ref)  # fmt: skip
         p_next = _to_p(b_p, v_bufs.dtype, p_layout, LEAN_SOFTMAX)
         if V_KEY_MAJOR:
             # the P operand is made in _pv_issue (fp8: 8-bit registers cannot be a dependency of the wait, triton
@@ -816,8 +825,6 @@ if HAS_GLUON:
             elif TWO_LEVEL:
                 b_pv = warpgroup_mma_wait(num_outstanding=0, deps=(o_tok,))
                 mbarrier.arrive(kv_empty.index(V_FREE + sp), count=1)
-                if P_PER_TILE:  # block j - 1's P@V, at its own P factor
-                    b_pv = b_pv * gl.expand_dims(gl.convert_layout(beta_prev, gl.SliceLayout(1, o_layout)), 1)
                 b_o = (b_o + b_pv) * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
             else:
                 b_o = warpgroup_mma_wait(num_outstanding=0, deps=(o_tok,))
@@ -831,7 +838,7 @@ if HAS_GLUON:
             b_o, p_prev = warpgroup_mma_wait(num_outstanding=0, deps=(o_tok, p_prev))
             mbarrier.arrive(kv_empty.index(V_FREE + sp), count=1)
             b_o = b_o * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
-        return b_o, m_i, l_i, p_next, beta, b_l
+        return b_o, m_i, l_i, p_next, m_ref, b_l
 
     @gluon.jit
     def _zero_rows_from(tile, first_row, num_warps: gl.constexpr):
@@ -978,16 +985,17 @@ if HAS_GLUON:
         _pass_turn(turns, WG, PINGPONG)
         b_s = warpgroup_mma_wait(num_outstanding=0, deps=(s_tok,))
         _release_k(kv_empty, s0, STAGES)
+        m_ref = m_i  # P_PER_TILE: -inf, no reference before a row's first key
         if first_full:
-            b_p, m_i, l_i, alpha, beta = _softmax_step(b_s, m_i, l_i, 0, key_shift, q_pos, seq_k_len, diagonal,
-                                                       qk_scale, False, CAUSAL, BLOCK_N, s_layout, QUANTIZE_Q,
-                                                       P_SCALE_LOG2, P_PER_TILE_PV, LEAN_SOFTMAX,
-                                                       not ROW_SUM_PV)  # fmt: skip
+            b_p, m_i, l_i, alpha, m_ref = _softmax_step(b_s, m_i, l_i, 0, key_shift, q_pos, seq_k_len, diagonal,
+                                                        qk_scale, False, CAUSAL, BLOCK_N, s_layout, QUANTIZE_Q,
+                                                        P_SCALE_LOG2, P_PER_TILE_PV, LEAN_SOFTMAX,
+                                                        not ROW_SUM_PV, m_ref)  # fmt: skip
         else:
-            b_p, m_i, l_i, alpha, beta = _softmax_step(b_s, m_i, l_i, 0, key_shift, q_pos, seq_k_len, diagonal,
-                                                       qk_scale, True, CAUSAL, BLOCK_N, s_layout, QUANTIZE_Q,
-                                                       P_SCALE_LOG2, P_PER_TILE_PV, LEAN_SOFTMAX,
-                                                       not ROW_SUM_PV)  # fmt: skip
+            b_p, m_i, l_i, alpha, m_ref = _softmax_step(b_s, m_i, l_i, 0, key_shift, q_pos, seq_k_len, diagonal,
+                                                        qk_scale, True, CAUSAL, BLOCK_N, s_layout, QUANTIZE_Q,
+                                                        P_SCALE_LOG2, P_PER_TILE_PV, LEAN_SOFTMAX,
+                                                        not ROW_SUM_PV, m_ref)  # fmt: skip
         p_prev = _to_p(b_p, v_bufs.dtype, p_layout, LEAN_SOFTMAX)
         if V_KEY_MAJOR:
             if key_shift > 0:
@@ -996,18 +1004,18 @@ if HAS_GLUON:
                 _zero_keys_outside(v_bufs.index(s0), -key_shift, seq_k_len, num_warps)
         # interior blocks: every key visible to every row, no mask
         for j in range(1, num_full):
-            b_o, m_i, l_i, p_prev, beta, b_l = _kv_step(j, it0, turn0, q_smem, k_bufs, v_bufs, k_ready,
-                                                        v_ready, kv_empty, turns, s_zero, o_zero, b_o, m_i, l_i,
-                                                        p_prev, beta, key_shift, q_pos, seq_k_len, diagonal, qk_scale,
+            b_o, m_i, l_i, p_prev, m_ref, b_l = _kv_step(j, it0, turn0, q_smem, k_bufs, v_bufs, k_ready,
+                                                         v_ready, kv_empty, turns, s_zero, o_zero, b_o, m_i, l_i,
+                                                         p_prev, m_ref, key_shift, q_pos, seq_k_len, diagonal, qk_scale,
                                                         False, CAUSAL, s_layout, o_layout, p_layout, WG, PINGPONG,
                                                         V_KEY_MAJOR, P_SCALE_LOG2, TWO_LEVEL_PV, P_PER_TILE_PV,
                                                         QUANTIZE_Q, LEAN_SOFTMAX, ones_smem, b_l, l_zero,
                                                         ROW_SUM_PV)  # fmt: skip
         # blocks on the causal diagonal or past the sequence's last key
         for j in range(gl.maximum(num_full, 1), num_blocks):
-            b_o, m_i, l_i, p_prev, beta, b_l = _kv_step(j, it0, turn0, q_smem, k_bufs, v_bufs, k_ready,
-                                                        v_ready, kv_empty, turns, s_zero, o_zero, b_o, m_i, l_i,
-                                                        p_prev, beta, key_shift, q_pos, seq_k_len, diagonal, qk_scale,
+            b_o, m_i, l_i, p_prev, m_ref, b_l = _kv_step(j, it0, turn0, q_smem, k_bufs, v_bufs, k_ready,
+                                                         v_ready, kv_empty, turns, s_zero, o_zero, b_o, m_i, l_i,
+                                                         p_prev, m_ref, key_shift, q_pos, seq_k_len, diagonal, qk_scale,
                                                         True, CAUSAL, s_layout, o_layout, p_layout, WG, PINGPONG,
                                                         V_KEY_MAJOR, P_SCALE_LOG2, TWO_LEVEL_PV, P_PER_TILE_PV,
                                                         QUANTIZE_Q, LEAN_SOFTMAX, ones_smem, b_l, l_zero,
@@ -1031,10 +1039,7 @@ if HAS_GLUON:
             b_o = b_o + b_pv
             # every column holds the row's sum: the max of a row's columns reads one of them
             l_i = gl.convert_layout(gl.max(b_l + b_ls, 1), row_layout)
-        elif P_PER_TILE_PV:
-            b_pv = warpgroup_mma_wait(num_outstanding=0, deps=(o_tok,))
-            b_o = b_o + b_pv * gl.expand_dims(gl.convert_layout(beta, gl.SliceLayout(1, o_layout)), 1)
-        elif TWO_LEVEL_PV:
+        elif TWO_LEVEL_PV:  # P_PER_TILE_PV too: the last block's P@V is at the reference O is kept at
             b_o = b_o + warpgroup_mma_wait(num_outstanding=0, deps=(o_tok,))
         else:
             b_o = warpgroup_mma_wait(num_outstanding=0, deps=(o_tok,))
@@ -1058,7 +1063,9 @@ if HAS_GLUON:
             gl.store(p_o, b_out, mask=gl.expand_dims(o_row < seq_q_len, 1))
         if RETURN_LSE:
             m_lse = m_i
-            if P_SCALE_LOG2 != 0 and not P_PER_TILE_PV:
+            if P_PER_TILE_PV:
+                m_lse = m_ref - P_TILE_MAX_LOG2  # l is at the last reference, P_TILE_MAX for its row max
+            elif P_SCALE_LOG2 != 0:
                 m_lse = m_i - P_SCALE_LOG2  # l is 2^P_SCALE_LOG2 too large
             lse = gl.where(l_i == 0.0, float("-inf"), (m_lse + gl.log2(l_safe)) * 0.6931471805599453)
             i_tok_r = (seq_q_start + q_pos).to(gl.int64)
