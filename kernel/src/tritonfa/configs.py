@@ -100,8 +100,8 @@ class AttentionConfig:
     ws_fp8_widen_copy: bool = False
     ws_fp8_two_level: bool = True  # fp8 P@V: each block's product added to O in fp32, not chained in the MMA
     # with ws_fp8_two_level, where P meets key-major fp8 V (non-causal contiguous fp8 prefill): P scaled per (row, key
-    # block) to fp8's max - the fp8 error study's (b), what the portable kernel does - instead of a fixed 2^8.
-    # Opt-in until measured on the H200
+    # block) to fp8's max - the fp8 error study's (b), what the portable kernel does - instead of a fixed 2^8; O and
+    # l kept at the block's max (session 34: no multiply per O value). Opt-in until measured on a GPU
     ws_fp8_p_per_tile: bool = False
     # Gluon prefill: a ring slot's K is handed back to the producer as soon as its QK is done and its V after its P@V
     # (FA3's separate K / V pipelines), not both after the P@V: the next K loads a block earlier. Hopper: on, with

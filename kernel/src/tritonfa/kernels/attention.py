@@ -15,7 +15,8 @@ blocks at the end (causal diagonal, window edge, sequence end), so the interior 
 Scores are kept in the log2 domain (exp2 with log2(e) folded into the scale). When the PV dot runs in fp8 (V fp8,
 V_IS_FP8), each key block's P is taken relative to the block's own row max and scaled so that this max is fp8's
 largest value (P_TILE_MAX; the fp8 error study's strategy (b), accuracy/README.md), cast to V's fp8 type for the
-PV dot, and the block's product and row sum are brought back to the running max's scale in fp32.
+PV dot; the accumulator and row sum are kept at that block max's scale (one factor per row moves them from one
+block's to the next's), so a block's product joins them without a multiply.
 """
 
 from __future__ import annotations
