@@ -889,6 +889,30 @@ def test_warp_specialized_fp8_p_per_tile_matches_reference(monkeypatch, head_siz
     assert not torch.equal(per_tile, power_of_two), "the config changed nothing"
 
 
+@pytest.mark.skipif(not (ON_HOPPER and attention_hopper.HAS_GLUON), reason="Gluon kernels run on a Hopper GPU only")
+@pytest.mark.parametrize("profile", ["falls", "rises"])
+@pytest.mark.parametrize("persistent", [True, False])
+def test_warp_specialized_fp8_p_per_tile_far_from_the_running_max(monkeypatch, profile, persistent):
+    """P per key block keeps O and l at the block's row max: key blocks ~255 log2 units below an earlier peak
+    (falls: their reference clamped 2^64 under the running max, their P underflows) or above the earlier ones
+    (rises). q = 4 everywhere and 40 keys = 4 everywhere give those keys scores of 181 nats; the rest are small.
+    Output and lse against the reference, finite."""
+    fp8 = torch.float8_e4m3fn
+    monkeypatch.setenv("TRITONFA_CONFIG", _ws_fp8_config(ws_fp8_p_per_tile=True, ws_fp8_v16_contiguous=False,
+                                                         ws_persistent=persistent))  # fmt: skip
+    inputs = make_inputs([70, 200], [700, 520], num_heads=(4, 2), head_size=128, dtype=fp8, kv_dtype=fp8)
+    inputs.q.fill_(4.0)
+    k = inputs.k.float().clamp(-1, 1)  # [total_k, Hk, D]: scores with q of a few nats
+    starts = [0, 700]
+    for start, length in zip(starts, [700, 520]):
+        peak = slice(start, start + 40) if profile == "falls" else slice(start + length - 40, start + length)
+        k[peak] = 4.0
+    inputs.k.copy_(k.to(fp8))
+    assert _constexprs(inputs, window_right=-1)["P_PER_TILE"]
+    out = check_low_precision(inputs, causal=False)
+    assert torch.isfinite(out).all()
+
+
 @pytest.mark.skipif(not attention_hopper.HAS_GLUON, reason="this triton has no Gluon")
 def test_fp8_row_sum_mma_is_planned_for_the_flat_two_level_fp8_p_at_v_only(monkeypatch):
     """`ws_fp8_row_sum_mma`: P's row sums from P @ ones where P meets key-major fp8 V in two levels on the flat grid
