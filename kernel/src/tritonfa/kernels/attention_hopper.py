@@ -1007,19 +1007,19 @@ if HAS_GLUON:
             b_o, m_i, l_i, p_prev, m_ref, b_l = _kv_step(j, it0, turn0, q_smem, k_bufs, v_bufs, k_ready,
                                                          v_ready, kv_empty, turns, s_zero, o_zero, b_o, m_i, l_i,
                                                          p_prev, m_ref, key_shift, q_pos, seq_k_len, diagonal, qk_scale,
-                                                        False, CAUSAL, s_layout, o_layout, p_layout, WG, PINGPONG,
-                                                        V_KEY_MAJOR, P_SCALE_LOG2, TWO_LEVEL_PV, P_PER_TILE_PV,
-                                                        QUANTIZE_Q, LEAN_SOFTMAX, ones_smem, b_l, l_zero,
-                                                        ROW_SUM_PV)  # fmt: skip
+                                                         False, CAUSAL, s_layout, o_layout, p_layout, WG, PINGPONG,
+                                                         V_KEY_MAJOR, P_SCALE_LOG2, TWO_LEVEL_PV, P_PER_TILE_PV,
+                                                         QUANTIZE_Q, LEAN_SOFTMAX, ones_smem, b_l, l_zero,
+                                                         ROW_SUM_PV)  # fmt: skip
         # blocks on the causal diagonal or past the sequence's last key
         for j in range(gl.maximum(num_full, 1), num_blocks):
             b_o, m_i, l_i, p_prev, m_ref, b_l = _kv_step(j, it0, turn0, q_smem, k_bufs, v_bufs, k_ready,
                                                          v_ready, kv_empty, turns, s_zero, o_zero, b_o, m_i, l_i,
                                                          p_prev, m_ref, key_shift, q_pos, seq_k_len, diagonal, qk_scale,
-                                                        True, CAUSAL, s_layout, o_layout, p_layout, WG, PINGPONG,
-                                                        V_KEY_MAJOR, P_SCALE_LOG2, TWO_LEVEL_PV, P_PER_TILE_PV,
-                                                        QUANTIZE_Q, LEAN_SOFTMAX, ones_smem, b_l, l_zero,
-                                                        ROW_SUM_PV)  # fmt: skip
+                                                         True, CAUSAL, s_layout, o_layout, p_layout, WG, PINGPONG,
+                                                         V_KEY_MAJOR, P_SCALE_LOG2, TWO_LEVEL_PV, P_PER_TILE_PV,
+                                                         QUANTIZE_Q, LEAN_SOFTMAX, ones_smem, b_l, l_zero,
+                                                         ROW_SUM_PV)  # fmt: skip
         last = num_blocks - 1
         s_last = (it0 + last) % STAGES
         mbarrier.wait(v_ready.index(s_last), ((it0 + last) // STAGES) & 1)
