@@ -4,6 +4,7 @@
    registers as the prefill holds P, with the ones an [N, K] e4m3 tile in shared memory (128-byte swizzle, K-major,
    as the prefill's), N = 8 and 16, alone and right after an A @ V wgmma from the same registers (the prefill's
    order). Every column must equal A's row sums exactly (sums of e4m3 values, fp32 accumulation, K <= 128).
+   Then which keys each variant reads (`which_keys`: row r of A has 1 at key r and 2 at key r + 64).
 2. The prefill: its output with the option over its output without it, per query row, for fp8 q/k/v non-causal on
    the flat grid. A wrong l shows as a per-row ratio far from 1 that is constant along D (rows scaled by
    l_true / l); with q = 0 every P is equal, so the ratio is the same in every row. Within fp8 P's rounding: 1 +- 1%.
@@ -77,6 +78,31 @@ def wgmma_alone() -> None:
             )
 
 
+def which_keys() -> None:
+    """Which keys each A @ ones reads: row r of A holds 1 at key r and 2 at key r + 64 (K = 128), zeros elsewhere,
+    so a row's output is 3 when the wgmma reads both keys, 1 or 2 when it reads only one, 0 when neither; anything
+    else is another row's or uninitialized data."""
+    key_len = 128
+    a = torch.zeros(64, key_len, device="cuda")
+    rows = torch.arange(64, device="cuda")
+    a[rows, rows] = 1.0
+    a[rows, rows + 64] = 2.0
+    a = a.to(torch.float8_e4m3fn)
+    names = {3.0: "both", 1.0: "low key only", 2.0: "high key only", 0.0: "neither"}
+    for cols in (8, 16):
+        for with_pv in (False, True):
+            out = torch.full((64, cols), float("nan"), device="cuda")
+            ones_mma_kernel[(1,)](a, out, cols, key_len, with_pv, num_warps=4)
+            first = out[:, 0].tolist()
+            summary = {}
+            for r, value in enumerate(first):
+                summary.setdefault(names.get(value, "other"), []).append(r)
+            spread = (out.max(dim=1).values - out.min(dim=1).values).max().item()
+            print(f"keys read, N {cols}, after A @ V {with_pv}: "
+                  + "; ".join(f"{k}: rows {v[:8]}{'...' if len(v) > 8 else ''} ({len(v)})" for k, v in summary.items())
+                  + f"; max spread across columns {spread:.3g}")  # fmt: skip
+
+
 def prefill(seq_len: int, head_size: int, zero_q: bool, hopper: dict) -> torch.Tensor:
     os.environ["TRITONFA_CONFIG"] = json.dumps({"hopper": hopper})
     gen = torch.Generator(device="cuda").manual_seed(1)
@@ -97,6 +123,7 @@ def prefill(seq_len: int, head_size: int, zero_q: bool, hopper: dict) -> torch.T
 def main() -> None:
     print(torch.cuda.get_device_name(), "torch", torch.__version__)
     wgmma_alone()
+    which_keys()
     for head_size in (64, 128):
         for seq_len in (128, 256, 300):
             for zero_q in (True, False):
