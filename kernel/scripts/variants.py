@@ -25,6 +25,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 # name -> TRITONFA_CONFIG override (applied to every config the dispatcher picks in that run); an "env" entry sets
 # environment variables for that run instead
+# three consumer warpgroups with 64-key blocks (4 ring slots): the D 128 consumers fit 160 registers there
+THREE_BN64 = {"ws_consumers": 3, "ws_persistent": False, "ws_block_n": 64}
 PREFILL_VARIANTS = {
     "default": {},
     # the default again, through an override: the noise floor beside every A/B (session 33: every variant of the
@@ -78,6 +80,12 @@ PREFILL_VARIANTS = {
     "ws-producer-regs24": {"ws_producer_regs": 24},
     "ws-producer-regs32": {"ws_producer_regs": 32},
     "ws-fp8-row-sum-mma": {"ws_fp8_row_sum_mma": True},  # fp8 l from P @ ones on the tensor cores
+    # three consumer warpgroups on 192-row tiles (flat grid, TMA loads): fp8 non-causal is flat already; the 16-bit
+    # and causal launches with the persistent grid off
+    "ws-three-consumers": {"ws_consumers": 3, "ws_persistent": False},
+    # with 64-key blocks (128-key blocks spill at D 128), and fp8 P@V chained in the MMA (one level)
+    "ws-three-consumers-bn64": THREE_BN64,
+    "ws-three-consumers-bn64-one-level": {**THREE_BN64, "ws_fp8_two_level": False},
     "ws-uniform-ticket-noncausal": {"ws_dynamic": True, "ws_uniform_ticket": True},  # the tail on every launch
     "ws-fp8-paged": {"ws_fp8_paged": True},  # paged fp8 on the Gluon prefill (V transposed by the producer)
     "ws-fp8-paged-q8": {"ws_fp8_paged": True, "fp8_q_for_fp8_kv": True},

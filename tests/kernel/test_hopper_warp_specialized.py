@@ -956,6 +956,77 @@ def test_warp_specialized_fp8_row_sum_mma_matches_reference(monkeypatch, head_si
 
 
 @pytest.mark.skipif(not attention_hopper.HAS_GLUON, reason="this triton has no Gluon")
+def test_three_consumers_are_planned_on_the_flat_grid_with_tma_loads_only(monkeypatch):
+    """`ws_consumers` 3: 192-row tiles (three 64-row Q boxes, a tile slot per 192 rows) where the flat grid loads K/V
+    through TMA at D <= 128; the persistent grid, gathering producers and D 256 keep two consumers. Off by default."""
+    fp8 = torch.float8_e4m3fn
+    seqlens = [1, 0, 191, 192, 193, 500]
+    cases = {
+        "fp8": make_inputs(seqlens, seqlens, num_heads=(8, 2), head_size=128, dtype=fp8, kv_dtype=fp8),
+        "bf16": make_inputs(seqlens, seqlens, num_heads=(8, 2), head_size=128),
+        "bf16 d64": make_inputs(seqlens, seqlens, num_heads=(8, 2), head_size=64),
+    }
+    for name, inputs in cases.items():
+        assert _constexprs(inputs, window_right=-1)["CONSUMERS"] == 2, f"{name}: off by default"
+    monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"ws_consumers": 3, "ws_persistent": False}}))
+    for name, inputs in cases.items():
+        for causal in (True, False):
+            launch = _launches(inputs, window_right=0 if causal else -1)[0]
+            if name == "fp8" and causal:  # fp8 V widened by the gathering producer: two consumers
+                assert launch.constexprs["CONSUMERS"] == 2
+                continue
+            assert launch.fn.__name__ == WS and launch.constexprs["CONSUMERS"] == 3, (name, causal)
+            assert launch.args[0].block_shape[0] == 64, "Q in 64-row boxes"
+            assert launch.grid == (8, sum(seqlens) // 192 + len(seqlens)), "a tile slot per 192 rows"
+    d256 = make_inputs(seqlens, seqlens, num_heads=(8, 2), head_size=256)
+    assert _constexprs(d256)["CONSUMERS"] == 2, "D 256: O and S exceed the registers"
+    paged = make_inputs(seqlens, seqlens, num_heads=(8, 2), head_size=128, kv_layout="paged", block_size=16)
+    assert _constexprs(paged)["CONSUMERS"] == 3, "16-bit pages through TMA boxes"
+    monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"ws_consumers": 3}}))
+    assert _constexprs(cases["bf16"])["PERSISTENT"] and _constexprs(cases["bf16"])["CONSUMERS"] == 2, "persistent"
+
+
+@pytest.mark.skipif(not (ON_HOPPER and attention_hopper.HAS_GLUON), reason="Gluon kernels run on a Hopper GPU only")
+@pytest.mark.parametrize("head_size", [64, 128])
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("block_n", [0, 64])
+def test_warp_specialized_three_consumers_match_reference(monkeypatch, head_size, causal, block_n):
+    """Three consumer warpgroups on 192-row tiles, 16-bit: odd lengths around the tile (191 / 192 / 193 rows), an
+    empty sequence, more queries than keys, a cached prefix, NaN keys after the last sequence."""
+    config = {"ws_consumers": 3, "ws_persistent": False, "ws_block_n": block_n}
+    monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": config}))
+    seqlens_q = [scaled(1, 1), 0, 191, 192, 193, 300, scaled(17, 1000), 77, 200]
+    seqlens_k = [scaled(1, 1), 5, 191, 192, 193, 200, scaled(17, 1000), 333, 450]
+    inputs = make_inputs(seqlens_q, seqlens_k, num_heads=(32, 8), head_size=head_size)
+    nan_tail = torch.full((37, *inputs.k.shape[1:]), float("nan"), dtype=inputs.k.dtype, device=DEVICE)
+    inputs.k = torch.cat([inputs.k, nan_tail])
+    inputs.v = torch.cat([inputs.v, nan_tail])
+    assert _plan(inputs)[0] == WS and _constexprs(inputs, window_right=0 if causal else -1)["CONSUMERS"] == 3
+    atol, rtol = TOLERANCES[torch.bfloat16]
+    check_against_reference(inputs, atol, rtol, causal=causal)
+
+
+@pytest.mark.skipif(not (ON_HOPPER and attention_hopper.HAS_GLUON), reason="Gluon kernels run on a Hopper GPU only")
+@pytest.mark.parametrize("head_size", [64, 128])
+@pytest.mark.parametrize(("block_n", "two_level"), [(0, True), (64, True), (64, False)])
+def test_warp_specialized_three_consumers_fp8(monkeypatch, head_size, block_n, two_level):
+    """fp8 q/k/v non-causal (key-major V) on three consumer warpgroups, per-head descales, NaN keys past every
+    sequence: against the reference, and a 16-bit q rounded to fp8 in the kernel (its staging tile in pieces too)."""
+    config = {"ws_consumers": 3, "ws_block_n": block_n, "ws_fp8_two_level": two_level, "ws_persistent": False}
+    monkeypatch.setenv("TRITONFA_CONFIG", _ws_fp8_config(**config))
+    inputs = _fp8_batch(head_size, torch.float8_e4m3fn, use_seqused_k=True)
+    assert _plan(inputs, window_right=-1)[0] == WS and _constexprs(inputs, window_right=-1)["CONSUMERS"] == 3
+    descales = {name: fp8_descale("per_head", inputs.batch, inputs.num_kv_heads)
+                for name in ("q_descale", "k_descale", "v_descale")}  # fmt: skip
+    check_low_precision(inputs, causal=False, **descales)
+    monkeypatch.setenv("TRITONFA_CONFIG", _ws_fp8_config(fp8_q_for_fp8_kv=True, **config))
+    quantized = _fp8_batch(head_size, torch.bfloat16)
+    launch = _launches(quantized, window_right=-1)[0]
+    assert launch.constexprs["QUANTIZE_Q"] and launch.constexprs["CONSUMERS"] == 3
+    check_low_precision(quantized, causal=False)
+
+
+@pytest.mark.skipif(not attention_hopper.HAS_GLUON, reason="this triton has no Gluon")
 def test_fp8_p_one_rounding_is_planned_where_p_meets_fp8_v(monkeypatch):
     """`ws_fp8_p_one_rounding` (LEAN_SOFTMAX 2; Hopper's default since session 27): only where the Gluon prefill
     rounds P to fp8; the config turns it off."""

@@ -530,6 +530,23 @@ def _hopper_prefill_specs() -> list[dict[str, Any]]:
         assert constexprs["ROW_SUM_MMA"]
         name = f"{fn.__name__}[hopper d{head_dim} CAUSAL=False FP8 ROW_SUM_MMA]"
         specs.append(dict(name=name, fn=fn, bound_args=args, constexprs=constexprs, options=options, gluon=True))
+    # three consumer warpgroups on 192-row tiles (config `ws_consumers`, flat grid): fp8 q/k/v non-causal (the
+    # default's schedule) at D 128 and 64, and 16-bit D 128 on both masks
+    for head_dim, causal, dtype, block_n, two_level in (
+        (128, False, fp8, 0, True), (64, False, fp8, 0, True), (128, False, bf16, 0, True), (128, True, bf16, 0, True),
+        (128, False, fp8, 64, True), (128, False, fp8, 0, False), (128, False, fp8, 64, False),
+        (128, False, bf16, 64, True), (128, True, bf16, 64, True), (64, True, bf16, 0, True),
+    ):  # fmt: skip
+        fn, args, constexprs, options = _plan_prefill_option(
+            head_dim, causal, 0, False, dtype, dtype, **{**schedule, "consumers": 3, "block_n": block_n,
+                                                           "two_level": two_level}
+        )  # fmt: skip
+        assert constexprs["CONSUMERS"] == 3 and args[0].block_shape[0] == 64 and not constexprs["PERSISTENT"]
+        suffix = " FP8" if dtype == fp8 else ""
+        suffix += f" BLOCK_N={block_n}" if block_n else ""
+        suffix += "" if two_level else " TWO_LEVEL=False"
+        name = f"{fn.__name__}[hopper d{head_dim} CAUSAL={causal}{suffix} CONSUMERS=3]"
+        specs.append(dict(name=name, fn=fn, bound_args=args, constexprs=constexprs, options=options, gluon=True))
     # the persistent TMA producer with 24 registers (config `ws_producer_regs`): Hopper's causal default at D 128
     fn, args, constexprs, options = _plan_prefill_option(128, True, 132, False, bf16, bf16, **dynamic, **schedule,
                                                          producer_regs=24)  # fmt: skip

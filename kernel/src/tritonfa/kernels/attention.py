@@ -1163,6 +1163,7 @@ def _plan_hopper_prefill(
         config.ws_uniform_ticket is True or (config.ws_uniform_ticket == "paged" and block_table is not None),
         config.ws_producer_regs,
         config.ws_fp8_row_sum_mma,
+        config.ws_consumers,
     )  # fmt: skip
     return KernelLaunch(fn, grid, args, constexprs, options)
 

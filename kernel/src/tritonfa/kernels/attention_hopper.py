@@ -86,6 +86,9 @@ P_TILE_MAX_LOG2 = gl.constexpr(math.log2(448.0)) if HAS_GLUON else math.log2(448
 ROW_SUM_COLS = gl.constexpr(16) if HAS_GLUON else 16
 CONSUMER_REGS = gl.constexpr(240) if HAS_GLUON else 240
 PRODUCER_REGS = gl.constexpr(24) if HAS_GLUON else 24
+# three consumer warpgroups (192-row tiles, config `ws_consumers`) and a TMA producer share 512 per thread slot too:
+# the two worker consumers get 160 each (setmaxnreg: multiples of 8), the default one what is left (168)
+CONSUMER_REGS_THREE = gl.constexpr(160) if HAS_GLUON else 160
 CONSUMER_REGS_PAGED = gl.constexpr(224) if HAS_GLUON else 224
 PAGED_PRODUCER_REGS = gl.constexpr(64) if HAS_GLUON else 64
 PAGED_PRODUCER_WARPS = gl.constexpr(4) if HAS_GLUON else 4
@@ -341,14 +344,27 @@ if HAS_GLUON:
                          q_col, seq_k_start, kv_head * VALID_D, num_blocks, it0, FP8)  # fmt: skip
 
     @gluon.jit
+    def _load_q(q_desc, q_row, q_col, q_ready, q_smem):
+        # The tile's Q rows from q_row on: q_smem [BLOCK_M, D] in one box, or [BOXES, rows, D] in BOXES boxes of
+        # q_desc's rows (three consumer warpgroups' 192 rows: TMA boxes are powers of two)
+        if len(q_smem.type.shape) == 3:
+            BOXES: gl.constexpr = q_smem.type.shape[0]
+            BOX_M: gl.constexpr = q_desc.block_type.shape[0]
+            mbarrier.expect(q_ready, BOXES * q_desc.block_type.nbytes)
+            for i in gl.static_range(BOXES):
+                _tma_load(q_desc, [q_row + i * BOX_M, q_col], q_ready, q_smem.index(i))
+        else:
+            mbarrier.expect(q_ready, q_desc.block_type.nbytes)
+            _tma_load(q_desc, [q_row, q_col], q_ready, q_smem)
+
+    @gluon.jit
     def _produce_tma(q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_ready, k_ready, v_ready, kv_empty,
                      q_row, q_col, k_row, kv_col, num_blocks, it0, V_KEY_MAJOR: gl.constexpr):  # fmt: skip
         # V_KEY_MAJOR: v_desc describes V's key-major copy [Hk * D, keys] in tiles [D, BLOCK_N].
         # QUANTIZE_Q: q_desc / q_smem are the 16-bit q and its staging tile, which the consumers round from.
         BLOCK_N: gl.constexpr = k_desc.block_type.shape[0]
         STAGES: gl.constexpr = k_bufs.type.shape[0]
-        mbarrier.expect(q_ready, q_desc.block_type.nbytes)
-        _tma_load(q_desc, [q_row, q_col], q_ready, q_smem)
+        _load_q(q_desc, q_row, q_col, q_ready, q_smem)
         for j in range(num_blocks):
             s = (it0 + j) % STAGES
             # a fresh barrier's phase "1" counts as complete, so the first round does not wait
@@ -375,8 +391,7 @@ if HAS_GLUON:
         STAGES: gl.constexpr = k_bufs.type.shape[0]
         BLOCK_N: gl.constexpr = k_bufs.type.shape[1]
         CHUNK: gl.constexpr = k_desc.block_type.shape[0]  # keys per box: min(PAGE_SIZE, BLOCK_N)
-        mbarrier.expect(q_ready, q_desc.block_type.nbytes)
-        _tma_load(q_desc, [q_row, q_col], q_ready, q_smem)
+        _load_q(q_desc, q_row, q_col, q_ready, q_smem)
         table_row = block_table_ptr + seq.to(gl.int64) * stride_bt_seq
         CHUNKS: gl.constexpr = BLOCK_N // CHUNK
         # a block's CHUNKS block ids in one load, every lane holding all of them (the copies are issued by one lane)
@@ -444,8 +459,7 @@ if HAS_GLUON:
         CHUNK: gl.constexpr = PAGE_SIZE if PAGE_SIZE < BLOCK_N else BLOCK_N  # rows that share one block id
         WARPS: gl.constexpr = gl.num_warps()
         layout: gl.constexpr = gl.BlockedLayout([1, 8], [32 // (HEAD_DIM // 8), HEAD_DIM // 8], [WARPS, 1], [1, 0])
-        mbarrier.expect(q_ready, q_desc.block_type.nbytes)
-        _tma_load(q_desc, [q_row, q_col], q_ready, q_smem)
+        _load_q(q_desc, q_row, q_col, q_ready, q_smem)
         o_row = gl.arange(0, CHUNK, layout=gl.SliceLayout(1, layout))
         o_d = gl.expand_dims(gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, layout)), 0)
         table_row = block_table_ptr + seq.to(gl.int64) * stride_bt_seq
@@ -538,8 +552,7 @@ if HAS_GLUON:
         WIDEN_K: gl.constexpr = k_bufs.dtype.primitive_bitwidth == 16  # a 16-bit q: K widened to its type
         layout: gl.constexpr = gl.BlockedLayout([1, VEC], [32 // (HEAD_DIM // VEC), HEAD_DIM // VEC], [WARPS, 1],
                                                 [1, 0])  # fmt: skip
-        mbarrier.expect(q_ready, q_desc.block_type.nbytes)  # QUANTIZE_Q: the 16-bit q into its staging tile
-        _tma_load(q_desc, [q_row, q_col], q_ready, q_smem)
+        _load_q(q_desc, q_row, q_col, q_ready, q_smem)  # QUANTIZE_Q: the 16-bit q into its staging tile
         o_row = gl.arange(0, CHUNK, layout=gl.SliceLayout(1, layout))
         o_d = gl.expand_dims(gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, layout)), 0)
         table_row = block_table_ptr + seq.to(gl.int64) * stride_bt_seq
@@ -587,16 +600,19 @@ if HAS_GLUON:
 
     @gluon.jit
     def _wait_turn(turns, round, WG: gl.constexpr, PINGPONG: gl.constexpr):
-        # Ping-pong (FA3's schedule): the two consumer warpgroups take turns issuing their wgmmas, so one's softmax
-        # runs while the other's matmuls occupy the tensor cores. Round r of warpgroup 0 waits for warpgroup 1's
-        # r-th hand-over (a fresh barrier's parity 1 counts as complete, so round 0 of warpgroup 0 goes at once).
+        # Ping-pong (FA3's schedule): the consumer warpgroups (turns: one barrier each) take turns issuing their
+        # wgmmas, so one's softmax runs while the others' matmuls occupy the tensor cores. Round r of warpgroup w > 0
+        # waits for warpgroup w - 1's round r hand-over; round r of warpgroup 0 for the last one's round r - 1 (a
+        # fresh barrier's parity 1 counts as complete, so round 0 of warpgroup 0 goes at once).
         if PINGPONG:
-            mbarrier.wait(turns.index(WG), (round & 1) ^ (1 - WG))
+            FIRST_WG: gl.constexpr = 1 if WG == 0 else 0
+            mbarrier.wait(turns.index(WG), (round & 1) ^ FIRST_WG)
 
     @gluon.jit
     def _pass_turn(turns, WG: gl.constexpr, PINGPONG: gl.constexpr):
         if PINGPONG:
-            mbarrier.arrive(turns.index(1 - WG), count=1)
+            CONSUMERS: gl.constexpr = turns.type.shape[0]
+            mbarrier.arrive(turns.index((WG + 1) % CONSUMERS), count=1)
 
     @gluon.jit
     def _release_k(kv_empty, s, STAGES: gl.constexpr):
@@ -919,9 +935,12 @@ if HAS_GLUON:
         # FP8: V slots are key-major, P and l are scaled by 2^P_SCALE_LOG2, O takes out_scale (V's descale); with
         # 16-bit V slots (gathered fp8 V widened by the producer) QK stays fp8 and P@V is a 16-bit one.
         # ROW_SUM_MMA (two-level fp8 P@V only): l from P @ ones on the tensor cores (ones_smem, see _pv_issue).
-        q_smem = q_tile_smem.slice(ROW0, ROWS, dim=0)
         V_KEY_MAJOR: gl.constexpr = FP8 and v_bufs.dtype.primitive_bitwidth == 8
-        WG: gl.constexpr = ROW0 // ROWS  # 0 or 1
+        WG: gl.constexpr = ROW0 // ROWS  # 0, 1 (or 2: three consumer warpgroups, the flat grid's 192-row tiles)
+        if len(q_tile_smem.type.shape) == 3:  # three consumer warpgroups: Q in 64-row pieces, one each
+            q_smem = q_tile_smem.index(WG)
+        else:
+            q_smem = q_tile_smem.slice(ROW0, ROWS, dim=0)
         q_tile_start = q_tile_start + ROW0
         BLOCK_M: gl.constexpr = ROWS
         HEAD_DIM: gl.constexpr = q_smem.type.shape[1]
@@ -968,7 +987,11 @@ if HAS_GLUON:
         b_l = gl.zeros([BLOCK_M, ROW_SUM_COLS], gl.float32, l_layout)
 
         if QUANTIZE_Q:
-            row_scale = _quantize_q_rows(q_smem, q_src.slice(ROW0, ROWS, dim=0), q_ready, q_phase,
+            if len(q_src.type.shape) == 3:
+                q_rows = q_src.index(WG)
+            else:
+                q_rows = q_src.slice(ROW0, ROWS, dim=0)
+            row_scale = _quantize_q_rows(q_smem, q_rows, q_ready, q_phase,
                                          seq_q_len - q_tile_start, Q_MAX, num_warps)  # fmt: skip
             if RELEASE_Q:
                 mbarrier.arrive(q_empty, count=1)  # the staging tile is read (and fenced): the next q may load
@@ -1491,6 +1514,8 @@ if HAS_GLUON:
         UNIFORM_TICKET: gl.constexpr,  # DYNAMIC: a drawn item reaches the producer's loop warp-uniform (_ticket)
         TMA_PRODUCER_REGS: gl.constexpr,  # PERSISTENT, TMA loads: the producer's registers per thread
         ROW_SUM_MMA: gl.constexpr,  # not PERSISTENT, two-level fp8 P@V: P's row sums as P @ ones (_pv_issue)
+        # not PERSISTENT, TMA loads: 3, three consumer warpgroups on tiles of three 64-row Q boxes (q_desc's); else 2
+        CONSUMERS: gl.constexpr,
         num_warps: gl.constexpr,
     ):
         if LAUNCH_DEPENDENTS:
@@ -1627,7 +1652,7 @@ if HAS_GLUON:
                           PAGE_SIZE, PAGED_TMA, BLOCK_N, HAS_SEQUSED, SEQ_FILTER, DECODE_MAX_Q, STAGES, FP8,
                           P_SCALE_LOG2, TWO_LEVEL, P_PER_TILE, LEAN_SOFTMAX,
                           QUANTIZE_Q, Q_MAX, HAS_Q_DESCALE, HAS_K_DESCALE,
-                          HAS_V_DESCALE, num_warps, VALID_D, EARLY_K_RELEASE, ROW_SUM_MMA)  # fmt: skip
+                          HAS_V_DESCALE, num_warps, VALID_D, EARLY_K_RELEASE, ROW_SUM_MMA, CONSUMERS)  # fmt: skip
 
     @gluon.jit
     def _tile_program(q_desc, k_desc, v_desc, q16_desc, k_ptr, v_ptr, out_ptr, lse_ptr, cu_seqlens_q_ptr,
@@ -1646,10 +1671,12 @@ if HAS_GLUON:
                       QUANTIZE_Q: gl.constexpr, Q_MAX: gl.constexpr, HAS_Q_DESCALE: gl.constexpr,
                       HAS_K_DESCALE: gl.constexpr, HAS_V_DESCALE: gl.constexpr, num_warps: gl.constexpr,
                       VALID_D: gl.constexpr, EARLY_K_RELEASE: gl.constexpr,
-                      ROW_SUM_MMA: gl.constexpr):  # fmt: skip
-        # One program per (q head, q tile slot): grid (Hq, slots)
-        BLOCK_M: gl.constexpr = q_desc.block_type.shape[0]
+                      ROW_SUM_MMA: gl.constexpr, CONSUMERS: gl.constexpr):  # fmt: skip
+        # One program per (q head, q tile slot): grid (Hq, slots). A consumer warpgroup per 64 rows: two on q_desc's
+        # 128-row boxes, or three on three of its 64-row boxes (config `ws_consumers`)
+        BLOCK_M: gl.constexpr = q_desc.block_type.shape[0] * (3 if CONSUMERS == 3 else 1)
         HEAD_DIM: gl.constexpr = q_desc.block_type.shape[1]
+        ROWS: gl.constexpr = BLOCK_M // CONSUMERS
         q_head = gl.program_id(0)
         tile_id = gl.num_programs(1) - 1 - gl.program_id(1)  # the last sequences' tiles first
         kv_head = q_head // GROUP
@@ -1660,15 +1687,25 @@ if HAS_GLUON:
                          FP8 and v_desc.dtype.primitive_bitwidth == 8, 32 * num_warps, num_warps)
         )  # fmt: skip
         if process:
-            if num_blocks == 0:
+            if num_blocks == 0 and CONSUMERS == 3:
+                for i in gl.static_range(CONSUMERS):  # in 64-row pieces: a 192-row arange is no power of two
+                    _store_empty(out_ptr, lse_ptr, seq_q_start, seq_q_len, q_tile_start + i * ROWS, q_head,
+                                 stride_o_tok, stride_o_head, stride_lse_head, ROWS, HEAD_DIM, RETURN_LSE, num_warps,
+                                 VALID_D)  # fmt: skip
+            elif num_blocks == 0:
                 _store_empty(out_ptr, lse_ptr, seq_q_start, seq_q_len, q_tile_start, q_head, stride_o_tok,
                              stride_o_head, stride_lse_head, BLOCK_M, HEAD_DIM, RETURN_LSE, num_warps,
                              VALID_D)  # fmt: skip
             else:
                 WIDEN_K: gl.constexpr = FP8 and q_desc.dtype.primitive_bitwidth == 16  # as the kernel's
                 GATHER: gl.constexpr = (PAGED and not PAGED_TMA) or (FP8 and v_desc.dtype.primitive_bitwidth == 16)
-                q_smem = gl.allocate_shared_memory(q_desc.dtype, [BLOCK_M, HEAD_DIM], q_desc.layout)
-                if QUANTIZE_Q:  # the producer's TMA stages the 16-bit q here; the consumers round it into q_smem
+                if CONSUMERS == 3:  # a 64-row piece per consumer warpgroup (see _load_q)
+                    q_smem = gl.allocate_shared_memory(q_desc.dtype, [CONSUMERS, ROWS, HEAD_DIM], q_desc.layout)
+                else:
+                    q_smem = gl.allocate_shared_memory(q_desc.dtype, [BLOCK_M, HEAD_DIM], q_desc.layout)
+                if QUANTIZE_Q and CONSUMERS == 3:  # the producer's TMA stages the 16-bit q here; the consumers round
+                    q_stage = gl.allocate_shared_memory(q16_desc.dtype, [CONSUMERS, ROWS, HEAD_DIM], q16_desc.layout)
+                elif QUANTIZE_Q:  # it into q_smem
                     q_stage = gl.allocate_shared_memory(q16_desc.dtype, [BLOCK_M, HEAD_DIM], q16_desc.layout)
                 else:
                     q_stage = q_smem
@@ -1699,9 +1736,9 @@ if HAS_GLUON:
                 v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
                 kv_empty = gl.allocate_shared_memory(gl.int64, [STAGES * (1 + EARLY_K_RELEASE), 1],
                                                      mbarrier.MBarrierLayout())  # fmt: skip
-                turns = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
-                mbarrier.init(turns.index(0), count=1)
-                mbarrier.init(turns.index(1), count=1)
+                turns = gl.allocate_shared_memory(gl.int64, [CONSUMERS, 1], mbarrier.MBarrierLayout())
+                for i in gl.static_range(CONSUMERS):
+                    mbarrier.init(turns.index(i), count=1)
                 mbarrier.init(q_ready, count=1)
                 # as in attention_fwd_hopper_kernel: per producer thread for cp.async, one for TMA and fp8's transpose
                 READY_COUNT: gl.constexpr = 32 * PAGED_PRODUCER_WARPS if GATHER else 1
@@ -1710,48 +1747,81 @@ if HAS_GLUON:
                 for i in gl.static_range(STAGES):
                     mbarrier.init(k_ready.index(i), count=K_READY_COUNT)
                     mbarrier.init(v_ready.index(i), count=V_READY_COUNT)
-                    mbarrier.init(kv_empty.index(i), count=2)  # both consumer warpgroups hand a slot back
+                    mbarrier.init(kv_empty.index(i), count=CONSUMERS)  # every consumer warpgroup hands a slot back
                     if EARLY_K_RELEASE:
-                        mbarrier.init(kv_empty.index(STAGES + i), count=2)
+                        mbarrier.init(kv_empty.index(STAGES + i), count=CONSUMERS)
                 qk_scale, out_scale = _scales(softmax_scale, seq, kv_head, q_descale_ptr, k_descale_ptr, v_descale_ptr,
                                               stride_qdesc_seq, stride_qdesc_head, stride_kdesc_seq, stride_kdesc_head,
                                               stride_vdesc_seq, stride_vdesc_head, HAS_Q_DESCALE, HAS_K_DESCALE,
                                               HAS_V_DESCALE)  # fmt: skip
-                HALF: gl.constexpr = BLOCK_M // 2
-                FIRST: gl.constexpr = 0
                 ZERO_TAIL: gl.constexpr = not GATHER  # cp.async gathers zero-fill keys past the sequence themselves
                 # a TMA producer is one warp issuing copies; a gathering one computes addresses (4 warps)
                 PRODUCER_WARPS: gl.constexpr = PAGED_PRODUCER_WARPS if GATHER else 1
                 WORKER_REGS: gl.constexpr = _partition_regs(GATHER, V_KEY_MAJOR, False)
                 PRODUCER_REGS_: gl.constexpr = _partition_regs(GATHER, V_KEY_MAJOR, True)
-                gl.warp_specialize(
-                    [
-                        (_consumer_default, (q_smem, k_bufs, v_bufs, q_ready, k_ready, v_ready, kv_empty, turns,
-                                             q_stage, out_ptr, lse_ptr, seq_q_start, seq_q_len, q_tile_start, q_head,
-                                             seq_k_len, num_blocks, key_shift, qk_scale, out_scale,
-                                             stride_o_tok, stride_o_head, stride_lse_head, FIRST,
-                                             HALF, CAUSAL, PINGPONG, RETURN_LSE, ZERO_TAIL, FP8, P_SCALE_LOG2,
-                                             TWO_LEVEL, P_PER_TILE, LEAN_SOFTMAX, QUANTIZE_Q, Q_MAX, num_warps, 0, 0, 0,
-                                             VALID_D, ones_smem, ROW_SUM_MMA)),
-                        (_consumer, (q_smem, k_bufs, v_bufs, q_ready, k_ready, v_ready, kv_empty, turns, q_stage,
-                                     out_ptr, lse_ptr, seq_q_start, seq_q_len, q_tile_start, q_head, seq_k_len,
-                                     num_blocks, key_shift, qk_scale, out_scale,
-                                     stride_o_tok, stride_o_head, stride_lse_head, HALF, HALF, CAUSAL, PINGPONG,
-                                     RETURN_LSE, ZERO_TAIL, FP8, P_SCALE_LOG2, TWO_LEVEL, P_PER_TILE, LEAN_SOFTMAX,
-                                     QUANTIZE_Q,
-                                     Q_MAX, num_warps, 0, 0, 0, VALID_D, 0, False, ones_smem, ROW_SUM_MMA)),
-                        (_producer, (q16_desc, k_desc, v_desc, q_stage, k_bufs, v_bufs, v_stage, q_ready, k_ready,
-                                     v_ready, kv_empty, seq_q_start + q_tile_start, q_head * VALID_D,
-                                     seq_k_start - key_shift, k_ptr, v_ptr, block_table_ptr, seq, stride_bt_seq,
-                                     num_cache_blocks, max_blocks,
-                                     seq_k_len, kv_head, stride_k_blk, stride_k_slot, stride_k_head, stride_v_blk,
-                                     stride_v_slot, stride_v_head, k_rows_per_block, k_rows_per_head,
-                                     k_cols_per_head, v_rows_per_block, v_rows_per_head, v_cols_per_head,
-                                     num_blocks, 0, PAGED, PAGE_SIZE, PAGED_TMA, FP8, VALID_D)),
-                    ],
-                    [num_warps, PRODUCER_WARPS],
-                    [WORKER_REGS, PRODUCER_REGS_],
-                )  # fmt: skip
+                if CONSUMERS == 3:  # TMA loads only (plan_hopper_prefill): see CONSUMER_REGS_THREE
+                    gl.warp_specialize(
+                        [
+                            (_consumer_default, (q_smem, k_bufs, v_bufs, q_ready, k_ready, v_ready, kv_empty, turns,
+                                                 q_stage, out_ptr, lse_ptr, seq_q_start, seq_q_len, q_tile_start,
+                                                 q_head, seq_k_len, num_blocks, key_shift, qk_scale, out_scale,
+                                                 stride_o_tok, stride_o_head, stride_lse_head, 0, ROWS, CAUSAL,
+                                                 PINGPONG, RETURN_LSE, ZERO_TAIL, FP8, P_SCALE_LOG2, TWO_LEVEL,
+                                                 P_PER_TILE, LEAN_SOFTMAX, QUANTIZE_Q, Q_MAX, num_warps, 0, 0, 0,
+                                                 VALID_D, ones_smem, ROW_SUM_MMA)),
+                            (_consumer, (q_smem, k_bufs, v_bufs, q_ready, k_ready, v_ready, kv_empty, turns, q_stage,
+                                         out_ptr, lse_ptr, seq_q_start, seq_q_len, q_tile_start, q_head, seq_k_len,
+                                         num_blocks, key_shift, qk_scale, out_scale, stride_o_tok, stride_o_head,
+                                         stride_lse_head, ROWS, ROWS, CAUSAL, PINGPONG, RETURN_LSE, ZERO_TAIL, FP8,
+                                         P_SCALE_LOG2, TWO_LEVEL, P_PER_TILE, LEAN_SOFTMAX, QUANTIZE_Q, Q_MAX,
+                                         num_warps, 0, 0, 0, VALID_D, 0, False, ones_smem, ROW_SUM_MMA)),
+                            (_consumer, (q_smem, k_bufs, v_bufs, q_ready, k_ready, v_ready, kv_empty, turns, q_stage,
+                                         out_ptr, lse_ptr, seq_q_start, seq_q_len, q_tile_start, q_head, seq_k_len,
+                                         num_blocks, key_shift, qk_scale, out_scale, stride_o_tok, stride_o_head,
+                                         stride_lse_head, 2 * ROWS, ROWS, CAUSAL, PINGPONG, RETURN_LSE, ZERO_TAIL,
+                                         FP8, P_SCALE_LOG2, TWO_LEVEL, P_PER_TILE, LEAN_SOFTMAX, QUANTIZE_Q, Q_MAX,
+                                         num_warps, 0, 0, 0, VALID_D, 0, False, ones_smem, ROW_SUM_MMA)),
+                            (_producer, (q16_desc, k_desc, v_desc, q_stage, k_bufs, v_bufs, v_stage, q_ready,
+                                         k_ready, v_ready, kv_empty, seq_q_start + q_tile_start, q_head * VALID_D,
+                                         seq_k_start - key_shift, k_ptr, v_ptr, block_table_ptr, seq, stride_bt_seq,
+                                         num_cache_blocks, max_blocks, seq_k_len, kv_head, stride_k_blk,
+                                         stride_k_slot, stride_k_head, stride_v_blk, stride_v_slot, stride_v_head,
+                                         k_rows_per_block, k_rows_per_head, k_cols_per_head, v_rows_per_block,
+                                         v_rows_per_head, v_cols_per_head, num_blocks, 0, PAGED, PAGE_SIZE,
+                                         PAGED_TMA, FP8, VALID_D)),
+                        ],
+                        [num_warps, num_warps, PRODUCER_WARPS],
+                        [CONSUMER_REGS_THREE, CONSUMER_REGS_THREE, PRODUCER_REGS_],
+                    )  # fmt: skip
+                else:
+                    gl.warp_specialize(
+                        [
+                            (_consumer_default, (q_smem, k_bufs, v_bufs, q_ready, k_ready, v_ready, kv_empty, turns,
+                                                 q_stage, out_ptr, lse_ptr, seq_q_start, seq_q_len, q_tile_start,
+                                                 q_head, seq_k_len, num_blocks, key_shift, qk_scale, out_scale,
+                                                 stride_o_tok, stride_o_head, stride_lse_head, 0,
+                                                 ROWS, CAUSAL, PINGPONG, RETURN_LSE, ZERO_TAIL, FP8, P_SCALE_LOG2,
+                                                 TWO_LEVEL, P_PER_TILE, LEAN_SOFTMAX, QUANTIZE_Q, Q_MAX, num_warps,
+                                                 0, 0, 0, VALID_D, ones_smem, ROW_SUM_MMA)),
+                            (_consumer, (q_smem, k_bufs, v_bufs, q_ready, k_ready, v_ready, kv_empty, turns, q_stage,
+                                         out_ptr, lse_ptr, seq_q_start, seq_q_len, q_tile_start, q_head, seq_k_len,
+                                         num_blocks, key_shift, qk_scale, out_scale,
+                                         stride_o_tok, stride_o_head, stride_lse_head, ROWS, ROWS, CAUSAL, PINGPONG,
+                                         RETURN_LSE, ZERO_TAIL, FP8, P_SCALE_LOG2, TWO_LEVEL, P_PER_TILE, LEAN_SOFTMAX,
+                                         QUANTIZE_Q,
+                                         Q_MAX, num_warps, 0, 0, 0, VALID_D, 0, False, ones_smem, ROW_SUM_MMA)),
+                            (_producer, (q16_desc, k_desc, v_desc, q_stage, k_bufs, v_bufs, v_stage, q_ready, k_ready,
+                                         v_ready, kv_empty, seq_q_start + q_tile_start, q_head * VALID_D,
+                                         seq_k_start - key_shift, k_ptr, v_ptr, block_table_ptr, seq, stride_bt_seq,
+                                         num_cache_blocks, max_blocks,
+                                         seq_k_len, kv_head, stride_k_blk, stride_k_slot, stride_k_head, stride_v_blk,
+                                         stride_v_slot, stride_v_head, k_rows_per_block, k_rows_per_head,
+                                         k_cols_per_head, v_rows_per_block, v_rows_per_head, v_cols_per_head,
+                                         num_blocks, 0, PAGED, PAGE_SIZE, PAGED_TMA, FP8, VALID_D)),
+                        ],
+                        [num_warps, PRODUCER_WARPS],
+                        [WORKER_REGS, PRODUCER_REGS_],
+                    )  # fmt: skip
 
     @gluon.jit
     def _store_empty(out_ptr, lse_ptr, seq_q_start, seq_q_len, q_tile_start, q_head, stride_o_tok, stride_o_head,
@@ -1784,7 +1854,7 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
                         early_k_release: bool = False, lean_softmax: bool = False,
                         fp8_p_one_rounding: bool = False, dynamic: bool = False, dynamic_tail: int = 0,
                         uniform_ticket: bool = False, producer_regs: int = 0,
-                        fp8_row_sum_mma: bool = False):  # fmt: skip
+                        fp8_row_sum_mma: bool = False, consumers: int = 2):  # fmt: skip
     """(kernel, grid, args, constexprs, options) of one warp-specialized prefill launch; `supports` must hold.
 
     fp8 K/V: V is read from its key-major copy (`key_major_v`, made here); quantize_q rounds a 16-bit q to K's fp8
@@ -1806,6 +1876,8 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
     uniform_ticket (dynamic): a drawn item made provably warp-uniform before the producer branches on it.
     producer_regs: > 0, the persistent TMA producer's registers per thread (0: PERSISTENT_PRODUCER_REGS).
     fp8_row_sum_mma (flat grid, two-level fp8 P@V): P's row sums from a wgmma of P and ones, not the CUDA cores.
+    consumers: 3, three consumer warpgroups on 192-row tiles (a third softmax in flight while the tensor cores run
+    the other two's matmuls) where the flat grid loads K/V through TMA at D <= 128; else the two of 128-row tiles.
     """
     total_q, num_q_heads, valid_d = q.shape
     head_dim = tile_head_dim(valid_d)  # the tiles' D; a smaller head size is padded (supports' pad_head_dim)
@@ -1829,6 +1901,7 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
     widest_block_n, widest_stages = (default_block_n, default_stages) if widened_k else tiles_for(head_dim)
     if block_n not in (64, 128) or block_n > widest_block_n:  # what fits the shared memory and the tiles' layouts
         block_n = default_block_n
+    stages_given = stages > 0
     if not stages:  # a block size other than the default: the ring depth that fits with the widest
         stages = default_stages if block_n == default_block_n else widest_stages
     if widened_k:
@@ -1880,10 +1953,17 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
         kv_strides = (0,) * 6
         page_size, num_cache_blocks, max_blocks = 1, 1, 1
         total_k = k.shape[0]
+    # three consumer warpgroups: registers for them only beside a one-warp TMA producer, and no persistent grid;
+    # their 192-row tiles load as three 64-row Q boxes (a TMA box is a power of two)
+    gathered = (paged and not paged_tma) or widened_v
+    three = consumers == 3 and persistent_programs == 0 and not gathered and head_dim <= 128
+    block_m, box_m = (3 * BLOCK_M // 2, BLOCK_M // 2) if three else (BLOCK_M, BLOCK_M)
+    if three and block_n == 64 and not stages_given:
+        stages = max(stages, 4)  # a deeper ring for the shorter blocks: fits beside the 192-row Q at D <= 128
     # QUANTIZE_Q: q_desc (never loaded) only gives q's fp8 tiles; the producer loads the 16-bit q through q16_desc
-    q_desc = _layout_descriptor(BLOCK_M, head_dim, k.dtype, q.device) if quantize_q else descriptor(q, BLOCK_M)
-    q16_desc = descriptor(q, BLOCK_M) if quantize_q else q_desc
-    n_tile_slots = total_q // BLOCK_M + num_seqs
+    q_desc = _layout_descriptor(box_m, head_dim, k.dtype, q.device) if quantize_q else descriptor(q, box_m)
+    q16_desc = descriptor(q, box_m) if quantize_q else q_desc
+    n_tile_slots = total_q // block_m + num_seqs
     if persistent_programs > 0:
         grid: tuple[int, ...] = (max(1, min(persistent_programs, num_q_heads * n_tile_slots)),)
     else:
@@ -1942,6 +2022,7 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
         ROW_SUM_MMA=(
             fp8_row_sum_mma and fp8 and not widened_v and two_level and not p_per_tile and persistent_programs == 0
         ),  # fmt: skip
+        CONSUMERS=3 if three else 2,
     )
     return attention_fwd_hopper_kernel, grid, args, constexprs, {"num_warps": NUM_WARPS}
 
