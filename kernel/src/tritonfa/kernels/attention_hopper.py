@@ -1687,15 +1687,16 @@ if HAS_GLUON:
                          FP8 and v_desc.dtype.primitive_bitwidth == 8, 32 * num_warps, num_warps)
         )  # fmt: skip
         if process:
-            if num_blocks == 0 and CONSUMERS == 3:
-                for i in gl.static_range(CONSUMERS):  # in 64-row pieces: a 192-row arange is no power of two
-                    _store_empty(out_ptr, lse_ptr, seq_q_start, seq_q_len, q_tile_start + i * ROWS, q_head,
-                                 stride_o_tok, stride_o_head, stride_lse_head, ROWS, HEAD_DIM, RETURN_LSE, num_warps,
+            if num_blocks == 0:
+                if CONSUMERS == 3:  # in 64-row pieces: a 192-row arange is no power of two
+                    for i in gl.static_range(CONSUMERS):
+                        _store_empty(out_ptr, lse_ptr, seq_q_start, seq_q_len, q_tile_start + i * ROWS, q_head,
+                                     stride_o_tok, stride_o_head, stride_lse_head, ROWS, HEAD_DIM, RETURN_LSE,
+                                     num_warps, VALID_D)  # fmt: skip
+                else:
+                    _store_empty(out_ptr, lse_ptr, seq_q_start, seq_q_len, q_tile_start, q_head, stride_o_tok,
+                                 stride_o_head, stride_lse_head, BLOCK_M, HEAD_DIM, RETURN_LSE, num_warps,
                                  VALID_D)  # fmt: skip
-            elif num_blocks == 0:
-                _store_empty(out_ptr, lse_ptr, seq_q_start, seq_q_len, q_tile_start, q_head, stride_o_tok,
-                             stride_o_head, stride_lse_head, BLOCK_M, HEAD_DIM, RETURN_LSE, num_warps,
-                             VALID_D)  # fmt: skip
             else:
                 WIDEN_K: gl.constexpr = FP8 and q_desc.dtype.primitive_bitwidth == 16  # as the kernel's
                 GATHER: gl.constexpr = (PAGED and not PAGED_TMA) or (FP8 and v_desc.dtype.primitive_bitwidth == 16)
