@@ -13,20 +13,22 @@ would hand the kernel) for
                `prob_scale`): fp8_max / amax, amax = the largest softmax probability seen on a calibration draw;
   `per_tile`   (b) a scale per (row, KV tile) from the row maximum of the tile: fp8_max / max_j P_ij, the tile's
                PV product rescaled by its inverse before it joins the fp32 accumulator: what tritonfa's portable
-               kernel does (P taken relative to the tile's row max, exp2 offset of log2(fp8 max));
+               kernel and Hopper's Gluon prefill do (P taken relative to the tile's row max, exp2 offset of
+               log2(fp8 max));
   `pow2`       (c) a fixed power of two, the largest <= fp8 max (256 for e4m3fn): what Hopper's Gluon prefill does
-               with an fp8 P@V, and FlashAttention-3 (exp2 offset of 8);
+               with an fp8 P@V when `ws_fp8_p_per_tile` is off, and FlashAttention-3 (exp2 offset of 8);
   `unscaled`   P cast to fp8 as is (scale 1), what vLLM 0.24's TRITON_ATTN does with an fp8 q: a reference point.
 - input scenarios meant to look like a model's attention: Gaussian, outlier channels in K, large logits, an
   attention sink (a key with a huge logit and a near-zero value, as LLMs put on the first token), and a long
   context with a sink (decode-like: few queries at the end of a long KV).
 
 Which P the kernel itself uses depends on the device and the call, and the study asks the launcher (its plan for
-each mode's inputs): fp8 P scaled per tile (`per_tile`) where V meets P in an fp8 dot in the portable kernel (CPU,
-ROCm), with the power of two (`pow2`) in Hopper's Gluon fp8 P@V, 16-bit P where V reaches the dot widened to fp16
-(Hopper's Gluon prefill with V widened, decode tiles). Every combination is measured with `emulate_attention`, a
-torch re-implementation of the kernel's blocked online softmax (same BLOCK_N tiling as the planned launch, same
-running max in the log2 domain, P rounded at the same point, same epilogue), and the kernel's own combinations are
+each mode's inputs): fp8 P scaled per tile (`per_tile`) where V meets P in an fp8 dot (the portable kernel on CPU
+and ROCm, Hopper's Gluon fp8 P@V; `pow2` there with `ws_fp8_p_per_tile` off), 16-bit P where V reaches the dot
+widened to fp16 (Hopper's Gluon prefill with V widened, decode tiles). Every combination is measured with
+`emulate_attention`, a torch re-implementation of the kernel's blocked online softmax (same BLOCK_N tiling as the
+planned launch, same running max in the log2 domain, P rounded at the same point, same epilogue), and the kernel's
+own combinations are
 measured both ways: the emulation is trusted for the others because it matches the kernel on these (the run says
 so, or says where it does not and exits 1).
 
@@ -344,8 +346,8 @@ def _kernel_config(inputs: Inputs):
 
 def kernel_numerics(batch: Batch, inputs: Inputs, mode: Mode) -> tuple[str, int, torch.dtype]:
     """(P strategy, BLOCK_N, P's type under `p16`) of the launch that computes these inputs' first sequence, as the
-    launcher plans it on this device (nothing runs): where V meets P in an fp8 dot, `per_tile` in the portable
-    kernel and `pow2` in Hopper's Gluon prefill; `p16` where it reaches the dot in 16 bits - fp16 beside fp8 V
+    launcher plans it on this device (nothing runs): where V meets P in an fp8 dot, `per_tile` (`pow2` in Hopper's
+    Gluon prefill with `ws_fp8_p_per_tile` off); `p16` where it reaches the dot in 16 bits - fp16 beside fp8 V
     widened in the kernel, q's type where K and V were widened to it before the prefill (Hopper's
     `ws_fp8_widen_copy`: the prefill is a 16-bit call)."""
     from tritonfa.kernels.attention import plan_attention
@@ -361,8 +363,10 @@ def kernel_numerics(batch: Batch, inputs: Inputs, mode: Mode) -> tuple[str, int,
     # the attention launch (a widening launch may come first)
     constexprs = next(c for c in (launch.constexprs for launch in launches) if "P_SCALE_LOG2" in c or "V_IS_FP8" in c)
     widened_before = False
-    if "P_SCALE_LOG2" in constexprs:  # Hopper's Gluon prefill: P scaled for an fp8 P@V only (V not widened)
-        strategy = "pow2" if constexprs["FP8"] and constexprs["P_SCALE_LOG2"] != 0 else "p16"
+    if "P_SCALE_LOG2" in constexprs:  # Hopper's Gluon prefill: an fp8 P only for an fp8 P@V (V not widened)
+        fp8_p = constexprs["FP8"] and constexprs["P_SCALE_LOG2"] != 0
+        # per key block at fp8's max (`ws_fp8_p_per_tile`, Hopper's default), else a fixed power of two
+        strategy = ("per_tile" if constexprs.get("P_PER_TILE") else "pow2") if fp8_p else "p16"
         widened_before = mode.kv_fp8 and not constexprs["FP8"]
     else:  # the portable kernel
         strategy = "per_tile" if constexprs["V_IS_FP8"] else "p16"

@@ -86,6 +86,9 @@ PREFILL_VARIANTS = {
     # with 64-key blocks (128-key blocks spill at D 128), and fp8 P@V chained in the MMA (one level)
     "ws-three-consumers-bn64": THREE_BN64,
     "ws-three-consumers-bn64-one-level": {**THREE_BN64, "ws_fp8_two_level": False},
+    # their controls: two consumers with the same blocks and ring (what the third warpgroup alone changes)
+    "ws-bn64-flat": {"ws_persistent": False, "ws_block_n": 64, "ws_stages": 4},
+    "ws-bn64-flat-one-level": {"ws_persistent": False, "ws_block_n": 64, "ws_stages": 4, "ws_fp8_two_level": False},
     "ws-uniform-ticket-noncausal": {"ws_dynamic": True, "ws_uniform_ticket": True},  # the tail on every launch
     "ws-fp8-paged": {"ws_fp8_paged": True},  # paged fp8 on the Gluon prefill (V transposed by the producer)
     "ws-fp8-paged-q8": {"ws_fp8_paged": True, "fp8_q_for_fp8_kv": True},

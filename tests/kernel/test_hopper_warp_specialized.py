@@ -857,7 +857,8 @@ def test_warp_specialized_fp8_prefill_matches_reference(monkeypatch, head_size, 
 
 @pytest.mark.skipif(not attention_hopper.HAS_GLUON, reason="this triton has no Gluon")
 def test_fp8_p_per_tile_is_planned_where_p_meets_fp8_v(monkeypatch):
-    """Opt-in `ws_fp8_p_per_tile`: only where the Gluon prefill rounds P to fp8 (key-major V, two-level P@V)."""
+    """`ws_fp8_p_per_tile` (Hopper's default since session 35): only where the Gluon prefill rounds P to fp8
+    (key-major V, two-level P@V); the config turns it off."""
     fp8 = torch.float8_e4m3fn
     inputs = make_inputs([300], [300], num_heads=(8, 2), head_size=128, dtype=fp8, kv_dtype=fp8)
     monkeypatch.setenv("TRITONFA_CONFIG", _ws_fp8_config(ws_fp8_p_per_tile=True))
@@ -866,8 +867,10 @@ def test_fp8_p_per_tile_is_planned_where_p_meets_fp8_v(monkeypatch):
     assert not _constexprs(inputs)["P_PER_TILE"], "causal calls widen V (16-bit P) by default"
     monkeypatch.setenv("TRITONFA_CONFIG", _ws_fp8_config(ws_fp8_p_per_tile=True, ws_fp8_two_level=False))
     assert not _constexprs(inputs, window_right=-1)["P_PER_TILE"], "P@V chained in the MMA: no factor per block"
-    monkeypatch.setenv("TRITONFA_CONFIG", _ws_fp8_config())
-    assert not _constexprs(inputs, window_right=-1)["P_PER_TILE"], "off by default"
+    monkeypatch.setenv("TRITONFA_CONFIG", _ws_fp8_config(ws_fp8_p_per_tile=False))
+    assert not _constexprs(inputs, window_right=-1)["P_PER_TILE"], "turned off"
+    monkeypatch.delenv("TRITONFA_CONFIG")
+    assert _constexprs(inputs, window_right=-1)["P_PER_TILE"], "Hopper's default"
 
 
 @pytest.mark.skipif(not (ON_HOPPER and attention_hopper.HAS_GLUON), reason="Gluon kernels run on a Hopper GPU only")
@@ -922,7 +925,11 @@ def test_fp8_row_sum_mma_is_planned_for_the_flat_two_level_fp8_p_at_v_only(monke
     inputs = make_inputs([300], [300], num_heads=(8, 2), head_size=128, dtype=fp8, kv_dtype=fp8)
     bf16 = make_inputs([300], [300], num_heads=(8, 2), head_size=128)
     assert not _constexprs(inputs, window_right=-1)["ROW_SUM_MMA"], "off by default"
+    # P per tile (Hopper's default) keeps l beside O per block: row sums from P @ ones need the fixed P scale
     monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"ws_fp8_row_sum_mma": True}}))
+    assert not _constexprs(inputs, window_right=-1)["ROW_SUM_MMA"], "not with P per tile"
+    fixed_p_scale = {"ws_fp8_p_per_tile": False}
+    monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"ws_fp8_row_sum_mma": True, **fixed_p_scale}}))
     constexprs = _constexprs(inputs, window_right=-1)
     assert constexprs["ROW_SUM_MMA"] and not constexprs["PERSISTENT"]
     assert not _constexprs(inputs)["ROW_SUM_MMA"], "causal: V widened, P@V 16-bit"
@@ -931,7 +938,8 @@ def test_fp8_row_sum_mma_is_planned_for_the_flat_two_level_fp8_p_at_v_only(monke
     assert _constexprs(fp8_d64, window_right=-1)["PERSISTENT"], "D 64 goes persistent: not there"
     assert not _constexprs(fp8_d64, window_right=-1)["ROW_SUM_MMA"]
     for other in ({"ws_fp8_two_level": False}, {"ws_fp8_p_per_tile": True}, {"ws_block_n": 64}):
-        monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"ws_fp8_row_sum_mma": True, **other}}))
+        fields = {"ws_fp8_row_sum_mma": True, **fixed_p_scale, **other}
+        monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": fields}))
         assert not _constexprs(inputs, window_right=-1)["ROW_SUM_MMA"], other
 
 
@@ -945,7 +953,7 @@ def test_warp_specialized_fp8_row_sum_mma_matches_reference(monkeypatch, head_si
     inputs = _fp8_batch(head_size, torch.float8_e4m3fn, use_seqused_k=True)
     descales = {name: fp8_descale("per_head", inputs.batch, inputs.num_kv_heads)
                 for name in ("q_descale", "k_descale", "v_descale")}  # fmt: skip
-    flat = {"ws_persistent": False}
+    flat = {"ws_persistent": False, "ws_fp8_p_per_tile": False}  # row sums need the fixed P scale
     monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"ws_fp8_row_sum_mma": True, **flat}}))
     assert _plan(inputs)[0] == WS and _constexprs(inputs, window_right=-1)["ROW_SUM_MMA"]
     row_sums = check_low_precision(inputs, causal=False, **descales)
@@ -1011,7 +1019,9 @@ def test_warp_specialized_three_consumers_match_reference(monkeypatch, head_size
 @pytest.mark.parametrize(("block_n", "two_level"), [(0, True), (64, True), (64, False)])
 def test_warp_specialized_three_consumers_fp8(monkeypatch, head_size, block_n, two_level):
     """fp8 q/k/v non-causal (key-major V) on three consumer warpgroups, per-head descales, NaN keys past every
-    sequence: against the reference, and a 16-bit q rounded to fp8 in the kernel (its staging tile in pieces too)."""
+    sequence: against the reference. A 16-bit q rounded to fp8 in the kernel (its staging tile in pieces too): a bf16
+    q whose every row's largest |q| is 3.0 rounds to exactly the fp8 q that, with q_descale 2^-7, the all-fp8 call
+    gets, so the two agree bit for bit on the prefill rows."""
     config = {"ws_consumers": 3, "ws_block_n": block_n, "ws_fp8_two_level": two_level, "ws_persistent": False}
     monkeypatch.setenv("TRITONFA_CONFIG", _ws_fp8_config(**config))
     inputs = _fp8_batch(head_size, torch.float8_e4m3fn, use_seqused_k=True)
@@ -1020,10 +1030,23 @@ def test_warp_specialized_three_consumers_fp8(monkeypatch, head_size, block_n, t
                 for name in ("q_descale", "k_descale", "v_descale")}  # fmt: skip
     check_low_precision(inputs, causal=False, **descales)
     monkeypatch.setenv("TRITONFA_CONFIG", _ws_fp8_config(fp8_q_for_fp8_kv=True, **config))
-    quantized = _fp8_batch(head_size, torch.bfloat16)
-    launch = _launches(quantized, window_right=-1)[0]
+    fp8_inputs = _fp8_batch(head_size, torch.float8_e4m3fn)
+    q8 = (torch.randn(fp8_inputs.q.shape, device=DEVICE) * 64).clamp(-383, 383).to(torch.float8_e4m3fn)
+    q8[..., 0] = 384.0  # exact in e4m3: each row's largest |value|
+    fp8_inputs.q = q8
+    bf16_inputs = _fp8_batch(head_size, torch.bfloat16)
+    bf16_inputs.k, bf16_inputs.v = fp8_inputs.k, fp8_inputs.v
+    bf16_inputs.q = (q8.float() * 2.0**-7).to(torch.bfloat16)  # exact
+    launch = _launches(bf16_inputs, window_right=-1)[0]
     assert launch.constexprs["QUANTIZE_Q"] and launch.constexprs["CONSUMERS"] == 3
-    check_low_precision(quantized, causal=False)
+    descale = fp8_descale("per_head", fp8_inputs.batch, fp8_inputs.num_kv_heads)
+    out, lse = run_kernel(bf16_inputs, causal=False, k_descale=descale, v_descale=descale, return_softmax_lse=True)
+    q_descale = torch.full((), 2.0**-7, device=DEVICE)
+    out8, lse8 = run_kernel(fp8_inputs, causal=False, q_descale=q_descale, k_descale=descale, v_descale=descale,
+                            return_softmax_lse=True)  # fmt: skip
+    rows = torch.cat([torch.arange(start, end) for start, end in zip(fp8_inputs.cu_seqlens_q[:-1].tolist(),
+                      fp8_inputs.cu_seqlens_q[1:].tolist()) if end - start > 16]).to(DEVICE)  # fmt: skip
+    assert torch.equal(out[rows], out8[rows]) and torch.equal(lse[:, rows], lse8[:, rows])
 
 
 @pytest.mark.skipif(not attention_hopper.HAS_GLUON, reason="this triton has no Gluon")

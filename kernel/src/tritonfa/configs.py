@@ -101,7 +101,8 @@ class AttentionConfig:
     ws_fp8_two_level: bool = True  # fp8 P@V: each block's product added to O in fp32, not chained in the MMA
     # with ws_fp8_two_level, where P meets key-major fp8 V (non-causal contiguous fp8 prefill): P scaled per (row, key
     # block) to fp8's max - the fp8 error study's (b), what the portable kernel does - instead of a fixed 2^8; O and
-    # l kept at the block's max (session 34: no multiply per O value). Opt-in until measured on a GPU
+    # l kept at the block's max (session 34: no multiply per O value). Hopper: on (H100, session 35: fp8 b4x4096
+    # non-causal +0.4% mean over 8 pairs against the default's own repeat -0.45%, error 2.21e-2 against 2.48e-2)
     ws_fp8_p_per_tile: bool = False
     # Gluon prefill: a ring slot's K is handed back to the producer as soon as its QK is done and its V after its P@V
     # (FA3's separate K / V pipelines), not both after the P@V: the next K loads a block earlier. Hopper: on, with
@@ -237,6 +238,7 @@ _HOPPER_PREFILL = dict(
     ws_early_k_release=True,
     ws_lean_softmax=True,
     ws_fp8_p_one_rounding=True,
+    ws_fp8_p_per_tile=True,
     ws_dynamic="causal",
     ws_dynamic_tail=4,
     mixed_pdl=True,
