@@ -965,8 +965,9 @@ def test_warp_specialized_fp8_row_sum_mma_matches_reference(monkeypatch, head_si
 
 @pytest.mark.skipif(not attention_hopper.HAS_GLUON, reason="this triton has no Gluon")
 def test_three_consumers_are_planned_on_the_flat_grid_with_tma_loads_only(monkeypatch):
-    """`ws_consumers` 3: 192-row tiles (three 64-row Q boxes, a tile slot per 192 rows) where the flat grid loads K/V
-    through TMA at D <= 128; the persistent grid, gathering producers and D 256 keep two consumers. Off by default."""
+    """`ws_consumers` 3: 192-row tiles (three 64-row Q boxes, a tile slot per 192 rows) where the flat grid loads
+    contiguous K/V through TMA at D <= 128; the persistent grid, pages, gathering producers and D 256 keep two
+    consumers. Off by default."""
     fp8 = torch.float8_e4m3fn
     seqlens = [1, 0, 191, 192, 193, 500]
     cases = {
@@ -989,7 +990,7 @@ def test_three_consumers_are_planned_on_the_flat_grid_with_tma_loads_only(monkey
     d256 = make_inputs(seqlens, seqlens, num_heads=(8, 2), head_size=256)
     assert _constexprs(d256)["CONSUMERS"] == 2, "D 256: O and S exceed the registers"
     paged = make_inputs(seqlens, seqlens, num_heads=(8, 2), head_size=128, kv_layout="paged", block_size=16)
-    assert _constexprs(paged)["CONSUMERS"] == 3, "16-bit pages through TMA boxes"
+    assert _constexprs(paged)["CONSUMERS"] == 2, "pages: not tested on a GPU with three"
     monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"ws_consumers": 3}}))
     assert _constexprs(cases["bf16"])["PERSISTENT"] and _constexprs(cases["bf16"])["CONSUMERS"] == 2, "persistent"
 

@@ -158,9 +158,11 @@ class AttentionConfig:
     # of the fp8 P the P@V uses. H100, session 33: wrong sums with an 8-column tile (the GPU test failed); 16 columns
     # not yet run
     ws_fp8_row_sum_mma: bool = False
-    # Gluon prefill on the flat grid with TMA loads, D <= 128: consumer warpgroups per program, 2 (128-row tiles) or 3
-    # (192-row tiles: while the tensor cores run two warpgroups' matmuls, a third runs its softmax; fp8 q/k/v ran its
-    # tensor cores ~40% busy with two, H100 session 29). Registers: 160 / 168 per consumer thread instead of 240
+    # Gluon prefill on the flat grid, contiguous K/V (TMA), D <= 128: consumer warpgroups per program, 2 (128-row
+    # tiles) or 3 (192-row tiles: while the tensor cores run two warpgroups' matmuls, a third runs its softmax).
+    # Registers: 160 / 168 per consumer thread instead of 240, so D 128 fits only 64-key blocks (one-level for fp8).
+    # H100, session 35: -9% (bf16) / -10% (fp8 one-level) against two consumers on the same 64-key blocks, but +3..+11%
+    # against the default's 128-key blocks (PERF_NOTES). Opt-in
     ws_consumers: int = 2
     ws_block_n: int = 0  # Gluon prefill: keys per block, 64 or 128 (0: attention_hopper.tiles_for's)
     # Gluon prefill: 16-bit head sizes other than 64/128/256 (multiples of 8, e.g. 80, 96) in tiles of the next of

@@ -1878,7 +1878,7 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
     producer_regs: > 0, the persistent TMA producer's registers per thread (0: PERSISTENT_PRODUCER_REGS).
     fp8_row_sum_mma (flat grid, two-level fp8 P@V): P's row sums from a wgmma of P and ones, not the CUDA cores.
     consumers: 3, three consumer warpgroups on 192-row tiles (a third softmax in flight while the tensor cores run
-    the other two's matmuls) where the flat grid loads K/V through TMA at D <= 128; else the two of 128-row tiles.
+    the other two's matmuls) where the flat grid loads contiguous K/V through TMA at D <= 128; else two (128 rows).
     """
     total_q, num_q_heads, valid_d = q.shape
     head_dim = tile_head_dim(valid_d)  # the tiles' D; a smaller head size is padded (supports' pad_head_dim)
@@ -1955,9 +1955,9 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
         page_size, num_cache_blocks, max_blocks = 1, 1, 1
         total_k = k.shape[0]
     # three consumer warpgroups: registers for them only beside a one-warp TMA producer, and no persistent grid;
-    # their 192-row tiles load as three 64-row Q boxes (a TMA box is a power of two)
-    gathered = (paged and not paged_tma) or widened_v
-    three = consumers == 3 and persistent_programs == 0 and not gathered and head_dim <= 128
+    # their 192-row tiles load as three 64-row Q boxes (a TMA box is a power of two). Contiguous K/V only: the GPU
+    # tests cover that (pages through TMA boxes would fit too, untested)
+    three = consumers == 3 and persistent_programs == 0 and not paged and not widened_v and head_dim <= 128
     block_m, box_m = (3 * BLOCK_M // 2, BLOCK_M // 2) if three else (BLOCK_M, BLOCK_M)
     if three and block_n == 64 and not stages_given:
         stages = max(stages, 4)  # a deeper ring for the shorter blocks: fits beside the 192-row Q at D <= 128
