@@ -963,6 +963,33 @@ def test_warp_specialized_fp8_row_sum_mma_matches_reference(monkeypatch, head_si
     torch.testing.assert_close(row_sums.float(), default.float(), atol=0.02 * default.float().abs().max(), rtol=0)
 
 
+def _quantized_q_pair(head_size: int):
+    """(fp8 inputs, bf16 inputs) with the same fp8 K/V: the fp8 q's every row has 384 as its largest |value| (exact
+    in e4m3), the bf16 q is it times 2^-7 (exact), so rounding the bf16 q per row gives back the fp8 q, and the
+    all-fp8 call with q_descale 2^-7 computes the same thing."""
+    fp8_inputs = _fp8_batch(head_size, torch.float8_e4m3fn)
+    q8 = (torch.randn(fp8_inputs.q.shape, device=DEVICE) * 64).clamp(-383, 383).to(torch.float8_e4m3fn)
+    q8[..., 0] = 384.0  # exact in e4m3: each row's largest |value|
+    fp8_inputs.q = q8
+    bf16_inputs = _fp8_batch(head_size, torch.bfloat16)
+    bf16_inputs.k, bf16_inputs.v = fp8_inputs.k, fp8_inputs.v
+    bf16_inputs.q = (q8.float() * 2.0**-7).to(torch.bfloat16)  # exact
+    return fp8_inputs, bf16_inputs
+
+
+def _assert_quantized_q_equals_the_fp8_q_call(fp8_inputs, bf16_inputs, causal: bool) -> None:
+    """The two calls of _quantized_q_pair agree bit for bit on the prefill sequences' rows (the Gluon launch's;
+    decode-shaped ones run on the portable kernel)."""
+    descale = fp8_descale("per_head", fp8_inputs.batch, fp8_inputs.num_kv_heads)
+    out, lse = run_kernel(bf16_inputs, causal=causal, k_descale=descale, v_descale=descale, return_softmax_lse=True)
+    q_descale = torch.full((), 2.0**-7, device=DEVICE)
+    out8, lse8 = run_kernel(fp8_inputs, causal=causal, q_descale=q_descale, k_descale=descale, v_descale=descale,
+                            return_softmax_lse=True)  # fmt: skip
+    rows = torch.cat([torch.arange(start, end) for start, end in zip(fp8_inputs.cu_seqlens_q[:-1].tolist(),
+                      fp8_inputs.cu_seqlens_q[1:].tolist()) if end - start > 16]).to(DEVICE)  # fmt: skip
+    assert torch.equal(out[rows], out8[rows]) and torch.equal(lse[:, rows], lse8[:, rows])
+
+
 @pytest.mark.skipif(not attention_hopper.HAS_GLUON, reason="this triton has no Gluon")
 def test_three_consumers_are_planned_on_the_flat_grid_with_tma_loads_only(monkeypatch):
     """`ws_consumers` 3: 192-row tiles (three 64-row Q boxes, a tile slot per 192 rows) where the flat grid loads
@@ -1031,23 +1058,10 @@ def test_warp_specialized_three_consumers_fp8(monkeypatch, head_size, block_n, t
                 for name in ("q_descale", "k_descale", "v_descale")}  # fmt: skip
     check_low_precision(inputs, causal=False, **descales)
     monkeypatch.setenv("TRITONFA_CONFIG", _ws_fp8_config(fp8_q_for_fp8_kv=True, **config))
-    fp8_inputs = _fp8_batch(head_size, torch.float8_e4m3fn)
-    q8 = (torch.randn(fp8_inputs.q.shape, device=DEVICE) * 64).clamp(-383, 383).to(torch.float8_e4m3fn)
-    q8[..., 0] = 384.0  # exact in e4m3: each row's largest |value|
-    fp8_inputs.q = q8
-    bf16_inputs = _fp8_batch(head_size, torch.bfloat16)
-    bf16_inputs.k, bf16_inputs.v = fp8_inputs.k, fp8_inputs.v
-    bf16_inputs.q = (q8.float() * 2.0**-7).to(torch.bfloat16)  # exact
+    fp8_inputs, bf16_inputs = _quantized_q_pair(head_size)
     launch = _launches(bf16_inputs, window_right=-1)[0]
     assert launch.constexprs["QUANTIZE_Q"] and launch.constexprs["CONSUMERS"] == 3
-    descale = fp8_descale("per_head", fp8_inputs.batch, fp8_inputs.num_kv_heads)
-    out, lse = run_kernel(bf16_inputs, causal=False, k_descale=descale, v_descale=descale, return_softmax_lse=True)
-    q_descale = torch.full((), 2.0**-7, device=DEVICE)
-    out8, lse8 = run_kernel(fp8_inputs, causal=False, q_descale=q_descale, k_descale=descale, v_descale=descale,
-                            return_softmax_lse=True)  # fmt: skip
-    rows = torch.cat([torch.arange(start, end) for start, end in zip(fp8_inputs.cu_seqlens_q[:-1].tolist(),
-                      fp8_inputs.cu_seqlens_q[1:].tolist()) if end - start > 16]).to(DEVICE)  # fmt: skip
-    assert torch.equal(out[rows], out8[rows]) and torch.equal(lse[:, rows], lse8[:, rows])
+    _assert_quantized_q_equals_the_fp8_q_call(fp8_inputs, bf16_inputs, causal=False)
 
 
 @pytest.mark.skipif(not attention_hopper.HAS_GLUON, reason="this triton has no Gluon")
@@ -1335,20 +1349,6 @@ def test_warp_specialized_quantized_q_equals_the_fp8_q_call(monkeypatch, causal)
     """A bf16 q whose every row's largest |q| is 3.0 (row scale 2^-7) rounds to exactly the fp8 q that, with
     q_descale 2^-7, the all-fp8 call gets: the two calls must agree bit for bit (that call is checked above)."""
     monkeypatch.setenv("TRITONFA_CONFIG", _ws_fp8_config(fp8_q_for_fp8_kv=True))
-    fp8_inputs = _fp8_batch(128, torch.float8_e4m3fn)
-    q8 = (torch.randn(fp8_inputs.q.shape, device=DEVICE) * 64).clamp(-383, 383).to(torch.float8_e4m3fn)
-    q8[..., 0] = 384.0  # exact in e4m3: each row's largest |value|
-    fp8_inputs.q = q8
-    bf16_inputs = _fp8_batch(128, torch.bfloat16)
-    bf16_inputs.k, bf16_inputs.v = fp8_inputs.k, fp8_inputs.v
-    bf16_inputs.q = (q8.float() * 2.0**-7).to(torch.bfloat16)  # exact
+    fp8_inputs, bf16_inputs = _quantized_q_pair(128)
     assert _plan(bf16_inputs)[0] == WS and _plan(fp8_inputs)[0] == WS
-    descale = fp8_descale("per_head", fp8_inputs.batch, fp8_inputs.num_kv_heads)
-    out, lse = run_kernel(bf16_inputs, causal=causal, k_descale=descale, v_descale=descale, return_softmax_lse=True)
-    q_descale = torch.full((), 2.0**-7, device=DEVICE)
-    out8, lse8 = run_kernel(fp8_inputs, causal=causal, q_descale=q_descale, k_descale=descale, v_descale=descale,
-                            return_softmax_lse=True)  # fmt: skip
-    # rows of the prefill sequences (the Gluon launch's); decode-shaped ones run on the portable kernel
-    rows = torch.cat([torch.arange(start, end) for start, end in zip(fp8_inputs.cu_seqlens_q[:-1].tolist(),
-                      fp8_inputs.cu_seqlens_q[1:].tolist()) if end - start > 16]).to(DEVICE)  # fmt: skip
-    assert torch.equal(out[rows], out8[rows]) and torch.equal(lse[:, rows], lse8[:, rows])
+    _assert_quantized_q_equals_the_fp8_q_call(fp8_inputs, bf16_inputs, causal)
