@@ -917,6 +917,15 @@ if HAS_GLUON:
         return row_scale
 
     @gluon.jit
+    def _own_rows(tile, ROW0: gl.constexpr, ROWS: gl.constexpr):
+        # A consumer warpgroup's ROWS rows of a Q tile: a slice of [BLOCK_M, D], or its piece of [pieces, ROWS, D]
+        # (three consumer warpgroups: Q in 64-row boxes, see _load_q)
+        if len(tile.type.shape) == 3:
+            return tile.index(ROW0 // ROWS)
+        else:
+            return tile.slice(ROW0, ROWS, dim=0)
+
+    @gluon.jit
     def _consumer(q_tile_smem, k_bufs, v_bufs, q_ready, k_ready, v_ready, kv_empty, turns, q_src, out_ptr, lse_ptr,
                   seq_q_start, seq_q_len, q_tile_start, q_head, seq_k_len, num_blocks, key_shift, qk_scale, out_scale,
                   stride_o_tok, stride_o_head, stride_lse_head, ROW0: gl.constexpr,
@@ -937,10 +946,7 @@ if HAS_GLUON:
         # ROW_SUM_MMA (two-level fp8 P@V only): l from P @ ones on the tensor cores (ones_smem, see _pv_issue).
         V_KEY_MAJOR: gl.constexpr = FP8 and v_bufs.dtype.primitive_bitwidth == 8
         WG: gl.constexpr = ROW0 // ROWS  # 0, 1 (or 2: three consumer warpgroups, the flat grid's 192-row tiles)
-        if len(q_tile_smem.type.shape) == 3:  # three consumer warpgroups: Q in 64-row pieces, one each
-            q_smem = q_tile_smem.index(WG)
-        else:
-            q_smem = q_tile_smem.slice(ROW0, ROWS, dim=0)
+        q_smem = _own_rows(q_tile_smem, ROW0, ROWS)
         q_tile_start = q_tile_start + ROW0
         BLOCK_M: gl.constexpr = ROWS
         HEAD_DIM: gl.constexpr = q_smem.type.shape[1]
@@ -987,11 +993,7 @@ if HAS_GLUON:
         b_l = gl.zeros([BLOCK_M, ROW_SUM_COLS], gl.float32, l_layout)
 
         if QUANTIZE_Q:
-            if len(q_src.type.shape) == 3:
-                q_rows = q_src.index(WG)
-            else:
-                q_rows = q_src.slice(ROW0, ROWS, dim=0)
-            row_scale = _quantize_q_rows(q_smem, q_rows, q_ready, q_phase,
+            row_scale = _quantize_q_rows(q_smem, _own_rows(q_src, ROW0, ROWS), q_ready, q_phase,
                                          seq_q_len - q_tile_start, Q_MAX, num_warps)  # fmt: skip
             if RELEASE_Q:
                 mbarrier.arrive(q_empty, count=1)  # the staging tile is read (and fenced): the next q may load
