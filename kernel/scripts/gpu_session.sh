@@ -49,7 +49,7 @@
 #                          MASK_COST_CONFIG: TRITONFA_CONFIG for it)
 #   lm-eval                issue 16's accuracy run: trains the suite's small model (accuracy/train_tiny_llama.py,
 #                          seed 0, if accuracy/models/tiny-llama-s0 is missing; its train_info.json into RESULTS_DIR),
-#                          then accuracy/run_lm_eval.py (CUSTOM / FLASH_ATTN / TRITON_ATTN x bf16 / fp8kv / fp8qkv;
+#                          before it waits for vLLM, then accuracy/run_lm_eval.py (CUSTOM / FLASH_ATTN / TRITON_ATTN x bf16 / fp8kv / fp8qkv;
 #                          lm-eval if it imports, else --engine native) into RESULTS_DIR/lm_eval; vLLM from
 #                          PEER_PYTHONPATH once PEER_READY exists; killed after LM_EVAL_TIMEOUT seconds (default 1200)
 #   lm-eval:ARGS           the same with ARGS ('+' for ' ') passed to run_lm_eval.py, e.g. lm-eval:--backends+CUSTOM
@@ -217,15 +217,16 @@ await_peers() {  # with PEER_PYTHONPATH: wait up to PEER_WAIT_S seconds (default
       lm-eval | lm-eval:*)
         args=""
         [ "$step" = lm-eval ] || args="${step#lm-eval:}"
-        await_peers
         model="${LM_EVAL_MODEL:-accuracy/models/tiny-llama-s0}"  # a folder outside the tree survives the chain
         (
-          export PYTHONPATH="${PEER_PYTHONPATH:+$PEER_PYTHONPATH:}$PYTHONPATH"
+          # training needs torch only: it runs while vLLM is still being sent
           if [ ! -e "$model/model.safetensors" ]; then
             python3 accuracy/train_tiny_llama.py --out "$model" --seed 0 2>&1 | tee "$out/train_tiny_llama.log" |
               tail -n 5
           fi
           cp "$model/train_info.json" "$out/" 2>/dev/null
+          await_peers
+          export PYTHONPATH="${PEER_PYTHONPATH:+$PEER_PYTHONPATH:}$PYTHONPATH"
           engine=lm-eval
           python3 -c "import lm_eval" 2>/dev/null || engine=native
           # shellcheck disable=SC2086  # ARGS are words
