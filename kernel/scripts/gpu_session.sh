@@ -49,8 +49,9 @@
 #                          MASK_COST_CONFIG: TRITONFA_CONFIG for it)
 #   lm-eval                issue 16's accuracy run: trains the suite's small model (accuracy/train_tiny_llama.py,
 #                          seed 0, if accuracy/models/tiny-llama-s0 is missing; its train_info.json into RESULTS_DIR),
-#                          before it waits for vLLM, then accuracy/run_lm_eval.py (CUSTOM / FLASH_ATTN / TRITON_ATTN x bf16 / fp8kv / fp8qkv;
-#                          lm-eval if it imports, else --engine native) into RESULTS_DIR/lm_eval; vLLM from
+#                          before it waits for vLLM, then accuracy/run_lm_eval.py (CUSTOM / FLASH_ATTN /
+#                          TRITON_ATTN x bf16 / fp8kv / fp8qkv; lm-eval if it imports, else --engine native) into
+#                          RESULTS_DIR/lm_eval; vLLM from
 #                          PEER_PYTHONPATH once PEER_READY exists; killed after LM_EVAL_TIMEOUT seconds (default 1200)
 #   lm-eval:ARGS           the same with ARGS ('+' for ' ') passed to run_lm_eval.py, e.g. lm-eval:--backends+CUSTOM
 #                          (LM_EVAL_MODEL: the model's folder instead, e.g. one trained beside an earlier step)
