@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# A device session's calls in one line each (PERF_NOTES "Next session: run first"), run from the tree's root on the
+# GPU machine; the vLLM bundle's parts come from .devbundle (kernel/scripts/split_bundle.sh).
+#   bash kernel/scripts/device_session.sh start RESULTS_DIR   # first call: carry .devbundle/q0 and .devbundle/run
+#   bash kernel/scripts/device_session.sh part I RESULTS_DIR [last]  # later calls: carry .devbundle/qI; "last"
+#                                                            # (the bundle's last part) installs vLLM too
+#   bash kernel/scripts/device_session.sh poll RESULTS_DIR
+# `start` stages part 0 and starts gpu_session.sh in the background with the card's chain: H200_STEPS on an H200
+# (the issues are decided there), OTHER_STEPS elsewhere (defaults below; override through the environment). Each
+# call ends with one poll (gpu_poll.sh: a digest, and the results folder as a tarball in $OUT).
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/../.." || exit 2
+stage=/root/stage
+site=/root/site
+H200_STEPS="${H200_STEPS:-train,verify:bench,vllm:auto+fp8,asv,lm-eval,verify:suite}"
+OTHER_STEPS="${OTHER_STEPS:-train,lm-eval,verify:suite}"
+action="${1:?usage: device_session.sh start|part|poll ...}"
+case "$action" in
+  start)
+    results="${2:?usage: device_session.sh start RESULTS_DIR}"
+    mkdir -p "$stage" "$(dirname "$results")"
+    cp -r .devbundle/q0/* .devbundle/run "$stage/"
+    card="$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1)"
+    echo "$card"
+    case "$card" in *H200*) steps="$H200_STEPS" ;; *) steps="$OTHER_STEPS" ;; esac
+    echo "steps: $steps"
+    (LM_EVAL_MODEL="${LM_EVAL_MODEL:-/root/tiny-llama-s0}" LM_EVAL_TIMEOUT="${LM_EVAL_TIMEOUT:-900}" \
+      PEER_PYTHONPATH="$site" PEER_READY="$site/READY" PEER_WAIT_S="${PEER_WAIT_S:-400}" \
+      setsid nohup bash kernel/scripts/gpu_session.sh "$results" "$steps" > /dev/null 2>&1 &)
+    sleep 15 ;;
+  part)
+    part="${2:?usage: device_session.sh part I RESULTS_DIR}"
+    results="${3:?usage: device_session.sh part I RESULTS_DIR}"
+    cp .devbundle/"q$part"/* "$stage/"
+    if [ "${4:-}" = last ]; then
+      bash "$stage/run/install.sh" > /root/install.log 2>&1 && touch "$site/READY"
+      tail -n 1 /root/install.log
+    fi ;;
+  poll) results="${2:?usage: device_session.sh poll RESULTS_DIR}" ;;
+  *) echo "unknown action $action" >&2; exit 2 ;;
+esac
+bash kernel/scripts/gpu_poll.sh "$results" "${OUT:-/tmp/out}" | tail -n 20
