@@ -193,6 +193,13 @@ def count_words(text: str) -> int:
     return len(re.split(r"\s+", text))
 
 
+def perplexity_windows(ids: list[int], max_model_len: int, bos: int) -> list[list[int]]:
+    """A document's tokens as disjoint windows, each `bos` then at most max_model_len - 2 of its tokens: vLLM takes a
+    prompt only if it leaves room for one generated token (max_tokens=1; prompt_logprobs score the prompt)."""
+    span = max_model_len - 2
+    return [[bos, *ids[start : start + span]] for start in range(0, len(ids), span)]
+
+
 def run_native(args, model_args: dict) -> dict:
     """The default tasks without lm-eval: token / word / byte perplexity over disjoint windows (each window starts
     with <|endoftext|>), and greedy line completion with exact match, through vLLM alone."""
@@ -210,14 +217,13 @@ def run_native(args, model_args: dict) -> dict:
     tasks = args.tasks.split(",")
     if "tritonfa_stdlib_ppl" in tasks:
         docs = [json.loads(line) for line in (HERE / "data" / "heldout_ppl.jsonl").read_text().splitlines()]
-        prompts, owners = [], []
-        for index, doc in enumerate(docs):
-            ids = tokenizer.encode(doc["text"], add_special_tokens=False)
-            for start in range(0, len(ids), window - 1):
-                prompts.append(
-                    TokensPrompt(prompt_token_ids=[tokenizer.eos_token_id, *ids[start : start + window - 1]])
-                )
-                owners.append(index)
+        prompts = [
+            TokensPrompt(prompt_token_ids=window_ids)
+            for doc in docs
+            for window_ids in perplexity_windows(
+                tokenizer.encode(doc["text"], add_special_tokens=False), window, tokenizer.eos_token_id
+            )
+        ]
         outputs = llm.generate(prompts, SamplingParams(max_tokens=1, prompt_logprobs=0, temperature=0.0))
         loglik, tokens = 0.0, 0
         for prompt, output in zip(prompts, outputs):

@@ -101,3 +101,25 @@ def test_tasks_run_in_lm_eval_with_its_dummy_model(tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     for metric in ("word_perplexity", "bits_per_byte", "exact_match"):
         assert metric in proc.stdout
+
+
+@pytest.mark.parametrize("num_tokens", [0, 1, 2045, 2046, 2047, 5000])
+def test_perplexity_windows_fit_the_model_and_cover_each_token_once(num_tokens):
+    """vLLM refuses a prompt that leaves no room for the one generated token (the first GPU run, session 36: every
+    2048-token window of a 2048-token model failed): each window is <bos> + at most max_model_len - 2 tokens, and
+    the windows, without their <bos>, are the document's tokens in order."""
+    sys.path.insert(0, str(ACCURACY))
+    import run_lm_eval as runner
+
+    ids = [int(x) for x in random_token_ids(num_tokens)]
+    windows = runner.perplexity_windows(ids, 2048, bos=-1)
+    assert all(w[0] == -1 and 2 <= len(w) <= 2047 for w in windows)
+    assert [t for w in windows for t in w[1:]] == ids
+    assert len(windows) == -(-num_tokens // 2046)
+
+
+def random_token_ids(n: int) -> list[int]:
+    import random
+
+    rng = random.Random(n)
+    return [rng.randrange(50_000) for _ in range(n)]
