@@ -51,8 +51,8 @@
 #                          seed 0, if accuracy/models/tiny-llama-s0 is missing; its train_info.json into RESULTS_DIR),
 #                          before it waits for vLLM, then accuracy/run_lm_eval.py (CUSTOM / FLASH_ATTN /
 #                          TRITON_ATTN x bf16 / fp8kv / fp8qkv; lm-eval if it imports, else --engine native) into
-#                          RESULTS_DIR/lm_eval; vLLM from
-#                          PEER_PYTHONPATH once PEER_READY exists; killed after LM_EVAL_TIMEOUT seconds (default 1200)
+#                          RESULTS_DIR/lm_eval; vLLM from PEER_PYTHONPATH once PEER_READY exists; killed after
+#                          LM_EVAL_TIMEOUT seconds (default 1200)
 #   train                  only the lm-eval step's training (a step that needs no vLLM: run it while vLLM is sent)
 #   lm-eval:ARGS           the same with ARGS ('+' for ' ') passed to run_lm_eval.py, e.g. lm-eval:--backends+CUSTOM
 #                          (LM_EVAL_MODEL: the model's folder instead, e.g. one trained beside an earlier step)
@@ -90,11 +90,12 @@ await_peers() {  # with PEER_PYTHONPATH: wait up to PEER_WAIT_S seconds (default
   [ -n "${PEER_PYTHONPATH:-}" ] || return 0
   for _ in $(seq "${PEER_WAIT_S:-120}"); do [ -z "${PEER_READY:-}" ] || [ -e "$PEER_READY" ] && break; sleep 1; done
 }
-train_model() {  # issue 16's model into folder $1 unless it is there; its train_info.json into RESULTS_DIR
-  if [ ! -e "$1/model.safetensors" ]; then
-    python3 accuracy/train_tiny_llama.py --out "$1" --seed 0 2>&1 | tee "$out/train_tiny_llama.log" | tail -n 5
+model="${LM_EVAL_MODEL:-accuracy/models/tiny-llama-s0}"  # issue 16's model (a folder outside the tree survives)
+train_model() {  # the model into its folder unless it is there; its train_info.json into RESULTS_DIR
+  if [ ! -e "$model/model.safetensors" ]; then
+    python3 accuracy/train_tiny_llama.py --out "$model" --seed 0 2>&1 | tee "$out/train_tiny_llama.log" | tail -n 5
   fi
-  cp "$1/train_info.json" "$out/" 2>/dev/null
+  cp "$model/train_info.json" "$out/" 2>/dev/null
 }
 {
   IFS=',' read -r -a step_list <<< "$steps"
@@ -222,13 +223,12 @@ train_model() {  # issue 16's model into folder $1 unless it is there; its train
         parts="${step#vllm:}"
         VLLM_STEPS="${parts//+/ }" PYTHONPATH="${PEER_PYTHONPATH:+$PEER_PYTHONPATH:}$PYTHONPATH" \
         bash integration/scripts/gpu_session.sh "$out" "${PEER_READY:-}" ;;
-      train) train_model "${LM_EVAL_MODEL:-accuracy/models/tiny-llama-s0}" ;;
+      train) train_model ;;
       lm-eval | lm-eval:*)
         args=""
         [ "$step" = lm-eval ] || args="${step#lm-eval:}"
-        model="${LM_EVAL_MODEL:-accuracy/models/tiny-llama-s0}"  # a folder outside the tree survives the chain
         (
-          train_model "$model"  # needs torch only: it runs while vLLM is still being sent
+          train_model  # needs torch only: it runs while vLLM is still being sent
           await_peers
           export PYTHONPATH="${PEER_PYTHONPATH:+$PEER_PYTHONPATH:}$PYTHONPATH"
           engine=lm-eval

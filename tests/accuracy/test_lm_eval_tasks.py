@@ -2,6 +2,7 @@
 runner computes perplexity deltas and target verdicts per (model, backend, mode)."""
 
 import json
+import random
 import sys
 from pathlib import Path
 
@@ -111,15 +112,9 @@ def test_perplexity_windows_fit_the_model_and_cover_each_token_once(num_tokens):
     sys.path.insert(0, str(ACCURACY))
     import run_lm_eval as runner
 
-    ids = [int(x) for x in random_token_ids(num_tokens)]
+    rng = random.Random(num_tokens)
+    ids = [rng.randrange(50_000) for _ in range(num_tokens)]
     windows = runner.perplexity_windows(ids, 2048, bos=-1)
     assert all(w[0] == -1 and 2 <= len(w) <= 2047 for w in windows)
     assert [t for w in windows for t in w[1:]] == ids
     assert len(windows) == -(-num_tokens // 2046)
-
-
-def random_token_ids(n: int) -> list[int]:
-    import random
-
-    rng = random.Random(n)
-    return [rng.randrange(50_000) for _ in range(n)]
