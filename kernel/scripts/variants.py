@@ -27,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 # environment variables for that run instead
 # three consumer warpgroups with 64-key blocks (4 ring slots): the D 128 consumers fit 160 registers there
 THREE_BN64 = {"ws_consumers": 3, "ws_persistent": False, "ws_block_n": 64}
+THREE_P_SMEM = {"ws_consumers": 3, "ws_persistent": False, "ws_p_smem": True}
 PREFILL_VARIANTS = {
     "default": {},
     # the default again, through an override: the noise floor beside every A/B (session 33: every variant of the
@@ -86,6 +87,13 @@ PREFILL_VARIANTS = {
     # with 64-key blocks (128-key blocks spill at D 128), and fp8 P@V chained in the MMA (one level)
     "ws-three-consumers-bn64": THREE_BN64,
     "ws-three-consumers-bn64-one-level": {**THREE_BN64, "ws_fp8_two_level": False},
+    # with P through shared memory (config ws_p_smem): 128-key blocks fit three consumers' 160 registers
+    "ws-three-consumers-p-smem": THREE_P_SMEM,
+    "ws-three-consumers-p-smem-one-level": {**THREE_P_SMEM, "ws_fp8_two_level": False},
+    # each block's P@V waited for after the softmax's exponentials (ptxas puts that wait before them otherwise)
+    "ws-softmax-fence": {"ws_softmax_fence": True},
+    "ws-softmax-fence-one-level": {"ws_softmax_fence": True, "ws_fp8_two_level": False},
+    "ws-three-consumers-p-smem-fence": {**THREE_P_SMEM, "ws_softmax_fence": True, "ws_fp8_two_level": False},
     # their controls: two consumers with the same blocks and ring (what the third warpgroup alone changes)
     "ws-bn64-flat": {"ws_persistent": False, "ws_block_n": 64, "ws_stages": 4},
     "ws-bn64-flat-one-level": {"ws_persistent": False, "ws_block_n": 64, "ws_stages": 4, "ws_fp8_two_level": False},

@@ -1065,6 +1065,67 @@ def test_warp_specialized_three_consumers_fp8(monkeypatch, head_size, block_n, t
 
 
 @pytest.mark.skipif(not attention_hopper.HAS_GLUON, reason="this triton has no Gluon")
+def test_p_smem_and_softmax_fence_are_planned_as_configured(monkeypatch):
+    """`ws_p_smem` on the flat grid only (the persistent consumers keep P in registers) and never with P's row sums
+    from P @ ones; `ws_softmax_fence` on either grid. Both off by default."""
+    inputs = make_inputs([300, 5], [300, 400], num_heads=(8, 2), head_size=128)
+    constexprs = _constexprs(inputs)
+    assert not constexprs["P_SMEM"] and not constexprs["SOFTMAX_FENCE"], "off by default"
+    monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"ws_p_smem": True, "ws_softmax_fence": True}}))
+    constexprs = _constexprs(inputs)
+    assert constexprs["PERSISTENT"] and not constexprs["P_SMEM"] and constexprs["SOFTMAX_FENCE"]
+    flat = {"ws_p_smem": True, "ws_persistent": False, "ws_fp8_row_sum_mma": True, "ws_fp8_p_per_tile": False}
+    monkeypatch.setenv("TRITONFA_CONFIG", _ws_fp8_config(**flat))
+    fp8 = make_inputs([300], [300], num_heads=(8, 2), head_size=128, dtype=torch.float8_e4m3fn,
+                      kv_dtype=torch.float8_e4m3fn)  # fmt: skip
+    constexprs = _constexprs(fp8, window_right=-1)
+    assert constexprs["P_SMEM"] and not constexprs["ROW_SUM_MMA"], "P @ ones reads P from registers"
+    monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {**flat, "ws_consumers": 3}}))
+    assert not _constexprs(inputs)["P_SMEM"], "three warpgroups' 16-bit P tiles at D 128 exceed shared memory"
+
+
+@pytest.mark.skipif(not (ON_HOPPER and attention_hopper.HAS_GLUON), reason="Gluon kernels run on a Hopper GPU only")
+@pytest.mark.parametrize("consumers", [2, 3])
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("fence", [False, True])
+def test_warp_specialized_p_smem_and_fence_match_reference(monkeypatch, consumers, causal, fence):
+    """P through shared memory (`ws_p_smem`, flat grid, 128-key blocks) and the P@V wait after the exponentials
+    (`ws_softmax_fence`), 16-bit: odd lengths around the tiles, an empty sequence, more queries than keys, a cached
+    prefix, NaN keys after the last sequence (a P@V that read a stale or half-written P tile, or ran before its wait,
+    shows as a wrong or NaN row)."""
+    config = {"ws_consumers": consumers, "ws_persistent": False, "ws_p_smem": True, "ws_softmax_fence": fence}
+    monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": config}))
+    seqlens_q = [scaled(1, 1), 0, 127, 192, 193, 300, scaled(17, 1000), 77, 200]
+    seqlens_k = [scaled(1, 1), 5, 127, 192, 193, 200, scaled(17, 1000), 333, 450]
+    # three warpgroups' 16-bit P tiles fit shared memory at D 64 (not at D 128)
+    inputs = make_inputs(seqlens_q, seqlens_k, num_heads=(32, 8), head_size=64 if consumers == 3 else 128)
+    nan_tail = torch.full((37, *inputs.k.shape[1:]), float("nan"), dtype=inputs.k.dtype, device=DEVICE)
+    inputs.k = torch.cat([inputs.k, nan_tail])
+    inputs.v = torch.cat([inputs.v, nan_tail])
+    constexprs = _constexprs(inputs, window_right=0 if causal else -1)
+    assert constexprs["P_SMEM"] and constexprs["CONSUMERS"] == consumers and constexprs["SOFTMAX_FENCE"] == fence
+    atol, rtol = TOLERANCES[torch.bfloat16]
+    check_against_reference(inputs, atol, rtol, causal=causal)
+
+
+@pytest.mark.skipif(not (ON_HOPPER and attention_hopper.HAS_GLUON), reason="Gluon kernels run on a Hopper GPU only")
+@pytest.mark.parametrize(("consumers", "p_smem", "two_level"), [(3, True, False), (3, True, True), (2, True, True),
+                                                                (2, False, True), (2, False, False)])  # fmt: skip
+def test_warp_specialized_fp8_p_smem_and_fence(monkeypatch, consumers, p_smem, two_level):
+    """fp8 q/k/v non-causal (key-major V, fp8 P in V's key order when it goes through shared memory) with
+    `ws_p_smem` and/or `ws_softmax_fence`, per-head descales, NaN keys past every sequence: against the reference."""
+    config = {"ws_consumers": consumers, "ws_fp8_two_level": two_level, "ws_persistent": False, "ws_p_smem": p_smem,
+              "ws_softmax_fence": not p_smem or consumers == 2}  # fmt: skip
+    monkeypatch.setenv("TRITONFA_CONFIG", _ws_fp8_config(**config))
+    inputs = _fp8_batch(128, torch.float8_e4m3fn, use_seqused_k=True)
+    constexprs = _constexprs(inputs, window_right=-1)
+    assert constexprs["CONSUMERS"] == consumers and constexprs["P_SMEM"] == p_smem
+    descales = {name: fp8_descale("per_head", inputs.batch, inputs.num_kv_heads)
+                for name in ("q_descale", "k_descale", "v_descale")}  # fmt: skip
+    check_low_precision(inputs, causal=False, **descales)
+
+
+@pytest.mark.skipif(not attention_hopper.HAS_GLUON, reason="this triton has no Gluon")
 def test_fp8_p_one_rounding_is_planned_where_p_meets_fp8_v(monkeypatch):
     """`ws_fp8_p_one_rounding` (LEAN_SOFTMAX 2; Hopper's default since session 27): only where the Gluon prefill
     rounds P to fp8; the config turns it off."""

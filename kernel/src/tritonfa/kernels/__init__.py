@@ -547,6 +547,38 @@ def _hopper_prefill_specs() -> list[dict[str, Any]]:
         suffix += "" if two_level else " TWO_LEVEL=False"
         name = f"{fn.__name__}[hopper d{head_dim} CAUSAL={causal}{suffix} CONSUMERS=3]"
         specs.append(dict(name=name, fn=fn, bound_args=args, constexprs=constexprs, options=options, gluon=True))
+    # P through shared memory (config `ws_p_smem`), flat grid: three consumer warpgroups with 128-key blocks (fp8
+    # one- and two-level at D 128, 16-bit at D 64 on both masks) and two (fp8, 16-bit causal, D 128)
+    for head_dim, consumers, causal, dtype, two_level in (
+        (128, 3, False, fp8, False), (128, 3, False, fp8, True), (64, 3, False, bf16, True), (64, 3, True, bf16, True),
+        (128, 2, False, fp8, True), (128, 2, True, bf16, True),
+    ):  # fmt: skip
+        fn, args, constexprs, options = _plan_prefill_option(
+            head_dim, causal, 0, False, dtype, dtype, **{**schedule, "consumers": consumers, "two_level": two_level,
+                                                          "p_smem": True}
+        )  # fmt: skip
+        assert constexprs["P_SMEM"] and constexprs["CONSUMERS"] == consumers and not constexprs["PERSISTENT"]
+        suffix = " FP8" if dtype == fp8 else ""
+        suffix += "" if two_level else " TWO_LEVEL=False"
+        name = f"{fn.__name__}[hopper d{head_dim} CAUSAL={causal}{suffix} CONSUMERS={consumers} P_SMEM]"
+        specs.append(dict(name=name, fn=fn, bound_args=args, constexprs=constexprs, options=options, gluon=True))
+    # each P@V waited for after the softmax's exponentials (config `ws_softmax_fence`): fp8 q/k/v non-causal (flat
+    # grid, two- and one-level), 16-bit on the persistent grid on both masks and on the flat grid causal
+    for programs, causal, dtype, two_level in (
+        (0, False, fp8, True), (0, False, fp8, False), (132, False, bf16, True), (132, True, bf16, True),
+        (0, True, bf16, True),
+    ):  # fmt: skip
+        extra = dynamic if programs and causal else {}
+        fn, args, constexprs, options = _plan_prefill_option(
+            128, causal, programs, False, dtype, dtype, **{**schedule, **extra, "two_level": two_level,
+                                                            "softmax_fence": True}
+        )  # fmt: skip
+        assert constexprs["SOFTMAX_FENCE"] and constexprs["PERSISTENT"] == (programs > 0)
+        suffix = " FP8" if dtype == fp8 else ""
+        suffix += "" if two_level else " TWO_LEVEL=False"
+        suffix += " PERSISTENT" if programs else ""
+        name = f"{fn.__name__}[hopper d128 CAUSAL={causal}{suffix} SOFTMAX_FENCE]"
+        specs.append(dict(name=name, fn=fn, bound_args=args, constexprs=constexprs, options=options, gluon=True))
     # the persistent TMA producer with 24 registers (config `ws_producer_regs`): Hopper's causal default at D 128
     fn, args, constexprs, options = _plan_prefill_option(128, True, 132, False, bf16, bf16, **dynamic, **schedule,
                                                          producer_regs=24)  # fmt: skip

@@ -1164,6 +1164,8 @@ def _plan_hopper_prefill(
         config.ws_producer_regs,
         config.ws_fp8_row_sum_mma,
         config.ws_consumers,
+        config.ws_p_smem,
+        config.ws_softmax_fence,
     )  # fmt: skip
     return KernelLaunch(fn, grid, args, constexprs, options)
 

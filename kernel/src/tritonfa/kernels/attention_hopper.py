@@ -715,6 +715,19 @@ if HAS_GLUON:
         return b_p, m_new, l_i, alpha, beta
 
     @gluon.jit
+    def _after_softmax(l_i):
+        # l_i through a loop ptxas cannot remove: a basic-block boundary after the block's exponentials (l sums them
+        # all). ptxas schedules a wgmma wait as early as its block allows; without this the P@V's wait that follows
+        # the softmax in _kv_step runs right after the row max (sm_90 SASS, every Gluon prefill), so a warpgroup's
+        # exponentials never overlap its own P@V (config `ws_softmax_fence`). The loop goes round a second time only
+        # for one NaN bit pattern of l, which leaves as another NaN.
+        return gl.inline_asm_elementwise(
+            asm="{ .reg .pred p; mov.b32 $0, $1; again: setp.eq.b32 p, $0, 0x7fc00001; @p xor.b32 $0, $0, 1; "
+            "@p bra again; }",
+            constraints="=r,r", args=[l_i], dtype=gl.float32, is_pure=False, pack=1,
+        )  # fmt: skip
+
+    @gluon.jit
     def _v_operand(v_bufs, s, V_KEY_MAJOR: gl.constexpr):
         # [BLOCK_N, D] B operand of P@V; a key-major slot [D, BLOCK_N] seen transposed (K-major, as fp8 wgmma needs)
         if V_KEY_MAJOR:
@@ -777,15 +790,36 @@ if HAS_GLUON:
         return gl.convert_layout(p8, p_layout, assert_trivial=True)
 
     @gluon.jit
+    def _p_narrow(b_p, dtype: gl.constexpr):
+        # P (fp32, s layout) in the P@V's type for _p_store (config `ws_p_smem`); fp8 P rounded once, as LEAN_SOFTMAX
+        # 2, in the key order of the key-major V copy (see _to_p)
+        if dtype.primitive_bitwidth == 8:
+            BM: gl.constexpr = b_p.type.shape[0]
+            BN: gl.constexpr = b_p.type.shape[1]
+            b_p = gl.reshape(gl.permute(gl.reshape(b_p, [BM, BN // 16, 2, 4, 2]), [0, 1, 3, 2, 4]), [BM, BN])
+        return b_p.to(dtype)
+
+    @gluon.jit
+    def _p_store(p, p_smem):
+        # P into this warpgroup's tile [BM, BN], the next P@V's A operand (config `ws_p_smem`): P's registers are free
+        # while that P@V runs, so O, S and the softmax fit where three consumer warpgroups leave 160 registers. The
+        # caller has waited for the P@V that read the tile before (each warp its own 16 rows).
+        p_smem.store(p)
+        fence_async_shared()  # the generic-proxy stores before the wgmma reads them
+        _thread_barrier()  # every warp's rows before the warpgroup's P@V
+
+    @gluon.jit
     def _pv_issue(p_prev, v_op, b_o, o_zero, p_layout: gl.constexpr, TWO_LEVEL: gl.constexpr,
                   LEAN_SOFTMAX: gl.constexpr = 0, ones_smem=0, l_zero=0,
-                  ROW_SUM_MMA: gl.constexpr = False):  # fmt: skip
+                  ROW_SUM_MMA: gl.constexpr = False, P_SMEM: gl.constexpr = False):  # fmt: skip
         # O += P @ V (async); TWO_LEVEL: P @ V alone, added to O after the wait. Returns its token and, with
         # ROW_SUM_MMA, that of P @ ones [BN, ROW_SUM_COLS] issued after it from the same operand (ones_smem:
         # [ROW_SUM_COLS, BN] e4m3 ones, K-major): P's row sums on the tensor cores instead of 64 FADD per thread and
         # 128-key block on the CUDA cores, and of the fp8 P the P@V uses (else the P@V's token twice)
         FP8_P: gl.constexpr = p_layout.k_width == 4
-        if FP8_P:
+        if P_SMEM:  # p_prev: this warpgroup's P tile in shared memory (_p_to_smem)
+            a = p_prev
+        elif FP8_P:
             a = _fp8_operand(p_prev, p_layout, LEAN_SOFTMAX == 2)
         else:
             a = p_prev
@@ -807,10 +841,12 @@ if HAS_GLUON:
                  p_layout: gl.constexpr, WG: gl.constexpr, PINGPONG: gl.constexpr, V_KEY_MAJOR: gl.constexpr,
                  P_SCALE_LOG2: gl.constexpr, TWO_LEVEL: gl.constexpr, P_PER_TILE: gl.constexpr,
                  ROW_SCALE: gl.constexpr, LEAN_SOFTMAX: gl.constexpr, ones_smem=0, b_l=0, l_zero=0,
-                 ROW_SUM_MMA: gl.constexpr = False):  # fmt: skip
+                 ROW_SUM_MMA: gl.constexpr = False, p_smem=0, P_SMEM: gl.constexpr = False,
+                 SOFTMAX_FENCE: gl.constexpr = False):  # fmt: skip
         # S_j = Q K_j^T is issued before O += P_{j-1} V_{j-1}; the softmax of S_j overlaps that P@V. it0 / turn0: the
         # K/V blocks and wgmma turns this warpgroup has used before this tile (ring slots and phases go on).
         # ROW_SUM_MMA (two-level fp8 P@V): l as b_l [BM, ROW_SUM_COLS], P_{j-1} @ ones issued after its P@V (_pv_issue)
+        # P_SMEM: P goes through p_smem (written once P_{j-1}'s P@V is done); p_prev is an unused placeholder
         STAGES: gl.constexpr = k_bufs.type.shape[0]
         BLOCK_N: gl.constexpr = k_bufs.type.shape[1]
         V_FREE: gl.constexpr = kv_empty.type.shape[0] - STAGES  # where V's hand-backs start (see _release_k)
@@ -820,8 +856,12 @@ if HAS_GLUON:
         _wait_turn(turns, turn0 + j, WG, PINGPONG)
         s_tok = warpgroup_mma(q_smem, k_bufs.index(s).permute((1, 0)), s_zero, use_acc=False, is_async=True)
         mbarrier.wait(v_ready.index(sp), ((it0 + j - 1) // STAGES) & 1)
-        o_tok, l_tok = _pv_issue(p_prev, _v_operand(v_bufs, sp, V_KEY_MAJOR), b_o, o_zero, p_layout, TWO_LEVEL,
-                                 LEAN_SOFTMAX, ones_smem, l_zero, ROW_SUM_MMA)  # fmt: skip
+        if P_SMEM:
+            p_src = p_smem
+        else:
+            p_src = p_prev
+        o_tok, l_tok = _pv_issue(p_src, _v_operand(v_bufs, sp, V_KEY_MAJOR), b_o, o_zero, p_layout, TWO_LEVEL,
+                                 LEAN_SOFTMAX, ones_smem, l_zero, ROW_SUM_MMA, P_SMEM)  # fmt: skip
         _pass_turn(turns, WG, PINGPONG)
         b_s = warpgroup_mma_wait(num_outstanding=2 if ROW_SUM_MMA else 1, deps=(s_tok,))
         _release_k(kv_empty, s, STAGES)
@@ -829,8 +869,14 @@ if HAS_GLUON:
                                                     qk_scale, MASKED, CAUSAL, BLOCK_N, s_layout, ROW_SCALE,
                                                     P_SCALE_LOG2, P_PER_TILE, LEAN_SOFTMAX, not ROW_SUM_MMA,
                                                     m_ref)  # fmt: skip
-        p_next = _to_p(b_p, v_bufs.dtype, p_layout, LEAN_SOFTMAX)
-        if V_KEY_MAJOR:
+        if SOFTMAX_FENCE:  # the P@V's wait below after every exponential (_after_softmax)
+            l_i = _after_softmax(l_i)
+        if P_SMEM:
+            p_next = p_prev
+            p_narrow = _p_narrow(b_p, v_bufs.dtype)
+        else:
+            p_next = _to_p(b_p, v_bufs.dtype, p_layout, LEAN_SOFTMAX)
+        if V_KEY_MAJOR or P_SMEM:
             # the P operand is made in _pv_issue (fp8: 8-bit registers cannot be a dependency of the wait, triton
             # 3.6-3.9); ptxas keeps its registers until the wgmma is done
             if ROW_SUM_MMA:
@@ -854,6 +900,8 @@ if HAS_GLUON:
             b_o, p_prev = warpgroup_mma_wait(num_outstanding=0, deps=(o_tok, p_prev))
             mbarrier.arrive(kv_empty.index(V_FREE + sp), count=1)
             b_o = b_o * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
+        if P_SMEM:
+            _p_store(p_narrow, p_smem)
         return b_o, m_i, l_i, p_next, m_ref, b_l
 
     @gluon.jit
@@ -934,7 +982,8 @@ if HAS_GLUON:
                   P_PER_TILE: gl.constexpr, LEAN_SOFTMAX: gl.constexpr,
                   QUANTIZE_Q: gl.constexpr, Q_MAX: gl.constexpr, num_warps: gl.constexpr, it0=0, turn0=0,
                   q_phase=0, VALID_D: gl.constexpr = 0, q_empty=0,
-                  RELEASE_Q: gl.constexpr = False, ones_smem=0, ROW_SUM_MMA: gl.constexpr = False):  # fmt: skip
+                  RELEASE_Q: gl.constexpr = False, ones_smem=0, ROW_SUM_MMA: gl.constexpr = False, p_bufs=0,
+                  P_SMEM: gl.constexpr = False, SOFTMAX_FENCE: gl.constexpr = False):  # fmt: skip
         # This warpgroup's ROWS query rows start at row ROW0 of the tile; both warpgroups walk the tile's blocks.
         # QUANTIZE_Q: q_src is the tile's 16-bit q staged by the producer [BLOCK_M, D], rounded here into q_tile_smem
         # (see _quantize_q_rows); else unused. RELEASE_Q: arrive on q_empty once rounded (the persistent grid).
@@ -944,9 +993,15 @@ if HAS_GLUON:
         # FP8: V slots are key-major, P and l are scaled by 2^P_SCALE_LOG2, O takes out_scale (V's descale); with
         # 16-bit V slots (gathered fp8 V widened by the producer) QK stays fp8 and P@V is a 16-bit one.
         # ROW_SUM_MMA (two-level fp8 P@V only): l from P @ ones on the tensor cores (ones_smem, see _pv_issue).
+        # P_SMEM: P reaches its P@V through this warpgroup's tile of p_bufs [CONSUMERS, ROWS, BLOCK_N] (_p_store).
+        # SOFTMAX_FENCE: each block's P@V waited for after its softmax's exponentials, not before (_after_softmax).
         V_KEY_MAJOR: gl.constexpr = FP8 and v_bufs.dtype.primitive_bitwidth == 8
         WG: gl.constexpr = ROW0 // ROWS  # 0, 1 (or 2: three consumer warpgroups, the flat grid's 192-row tiles)
         q_smem = _own_rows(q_tile_smem, ROW0, ROWS)
+        if P_SMEM:
+            p_smem = p_bufs.index(WG)
+        else:
+            p_smem = q_smem  # unused
         q_tile_start = q_tile_start + ROW0
         BLOCK_M: gl.constexpr = ROWS
         HEAD_DIM: gl.constexpr = q_smem.type.shape[1]
@@ -1021,7 +1076,11 @@ if HAS_GLUON:
                                                         qk_scale, True, CAUSAL, BLOCK_N, s_layout, QUANTIZE_Q,
                                                         P_SCALE_LOG2, P_PER_TILE_PV, LEAN_SOFTMAX,
                                                         not ROW_SUM_PV, m_ref)  # fmt: skip
-        p_prev = _to_p(b_p, v_bufs.dtype, p_layout, LEAN_SOFTMAX)
+        if P_SMEM:
+            _p_store(_p_narrow(b_p, v_bufs.dtype), p_smem)
+            p_prev = 0  # a placeholder the steps carry
+        else:
+            p_prev = _to_p(b_p, v_bufs.dtype, p_layout, LEAN_SOFTMAX)
         if V_KEY_MAJOR:
             if key_shift > 0:
                 # block 0's first keys belong to the sequence before: zero them (and any past this one's end)
@@ -1035,7 +1094,8 @@ if HAS_GLUON:
                                                          False, CAUSAL, s_layout, o_layout, p_layout, WG, PINGPONG,
                                                          V_KEY_MAJOR, P_SCALE_LOG2, TWO_LEVEL_PV, P_PER_TILE_PV,
                                                          QUANTIZE_Q, LEAN_SOFTMAX, ones_smem, b_l, l_zero,
-                                                         ROW_SUM_PV)  # fmt: skip
+                                                         ROW_SUM_PV, p_smem, P_SMEM,
+                                                         SOFTMAX_FENCE and not ROW_SUM_PV)  # fmt: skip
         # blocks on the causal diagonal or past the sequence's last key
         for j in range(gl.maximum(num_full, 1), num_blocks):
             b_o, m_i, l_i, p_prev, m_ref, b_l = _kv_step(j, it0, turn0, q_smem, k_bufs, v_bufs, k_ready,
@@ -1044,7 +1104,8 @@ if HAS_GLUON:
                                                          True, CAUSAL, s_layout, o_layout, p_layout, WG, PINGPONG,
                                                          V_KEY_MAJOR, P_SCALE_LOG2, TWO_LEVEL_PV, P_PER_TILE_PV,
                                                          QUANTIZE_Q, LEAN_SOFTMAX, ones_smem, b_l, l_zero,
-                                                         ROW_SUM_PV)  # fmt: skip
+                                                         ROW_SUM_PV, p_smem, P_SMEM,
+                                                         SOFTMAX_FENCE and not ROW_SUM_PV)  # fmt: skip
         last = num_blocks - 1
         s_last = (it0 + last) % STAGES
         mbarrier.wait(v_ready.index(s_last), ((it0 + last) // STAGES) & 1)
@@ -1056,8 +1117,10 @@ if HAS_GLUON:
             else:
                 _zero_rows_from(v_bufs.index(s_last), seq_k_len - last * BLOCK_N, num_warps)
         _wait_turn(turns, turn0 + num_blocks, WG, PINGPONG)
+        if P_SMEM:
+            p_prev = p_smem
         o_tok, l_tok = _pv_issue(p_prev, _v_operand(v_bufs, s_last, V_KEY_MAJOR), b_o, o_zero, p_layout,
-                                 TWO_LEVEL_PV, LEAN_SOFTMAX, ones_smem, l_zero, ROW_SUM_PV)  # fmt: skip
+                                 TWO_LEVEL_PV, LEAN_SOFTMAX, ones_smem, l_zero, ROW_SUM_PV, P_SMEM)  # fmt: skip
         _pass_turn(turns, WG, PINGPONG)
         if ROW_SUM_PV:
             b_pv, b_ls = warpgroup_mma_wait(num_outstanding=0, deps=(o_tok, l_tok))
@@ -1106,14 +1169,16 @@ if HAS_GLUON:
                           P_SCALE_LOG2: gl.constexpr, TWO_LEVEL: gl.constexpr, P_PER_TILE: gl.constexpr,
                           LEAN_SOFTMAX: gl.constexpr,
                           QUANTIZE_Q: gl.constexpr, Q_MAX: gl.constexpr, num_warps: gl.constexpr, it0, turn0, q_phase,
-                          VALID_D: gl.constexpr, ones_smem, ROW_SUM_MMA: gl.constexpr):  # fmt: skip
+                          VALID_D: gl.constexpr, ones_smem, ROW_SUM_MMA: gl.constexpr, p_bufs=0,
+                          P_SMEM: gl.constexpr = False, SOFTMAX_FENCE: gl.constexpr = False):  # fmt: skip
         # the default partition of gl.warp_specialize must return a tuple
         _consumer(q_tile_smem, k_bufs, v_bufs, q_ready, k_ready, v_ready, kv_empty, turns, q_src, out_ptr, lse_ptr,
                   seq_q_start, seq_q_len, q_tile_start, q_head, seq_k_len, num_blocks, key_shift, qk_scale, out_scale,
                   stride_o_tok, stride_o_head, stride_lse_head, ROW0, ROWS, CAUSAL,
                   PINGPONG, RETURN_LSE, ZERO_TAIL, FP8, P_SCALE_LOG2, TWO_LEVEL, P_PER_TILE, LEAN_SOFTMAX,
                   QUANTIZE_Q, Q_MAX,
-                  num_warps, it0, turn0, q_phase, VALID_D, 0, False, ones_smem, ROW_SUM_MMA)  # fmt: skip
+                  num_warps, it0, turn0, q_phase, VALID_D, 0, False, ones_smem, ROW_SUM_MMA, p_bufs,
+                  P_SMEM, SOFTMAX_FENCE)  # fmt: skip
         return ()
 
     @gluon.jit
@@ -1307,7 +1372,8 @@ if HAS_GLUON:
                              QUANTIZE_Q: gl.constexpr,
                              Q_MAX: gl.constexpr,
                              HAS_Q_DESCALE: gl.constexpr, HAS_K_DESCALE: gl.constexpr, HAS_V_DESCALE: gl.constexpr,
-                             num_warps: gl.constexpr, VALID_D: gl.constexpr):  # fmt: skip
+                             num_warps: gl.constexpr, VALID_D: gl.constexpr,
+                             SOFTMAX_FENCE: gl.constexpr = False):  # fmt: skip
         # One work item of a persistent consumer warpgroup (see _consumer_persistent); returns the updated counts
         BLOCK_M: gl.constexpr = 2 * ROWS  # the tile's rows: two warpgroups'
         HEAD_DIM: gl.constexpr = q_bufs.type.shape[2]
@@ -1340,7 +1406,8 @@ if HAS_GLUON:
                           stride_o_head, stride_lse_head, ROW0, ROWS, CAUSAL, PINGPONG, RETURN_LSE, ZERO_TAIL,
                           FP8, P_SCALE_LOG2, TWO_LEVEL, P_PER_TILE, LEAN_SOFTMAX,
                           QUANTIZE_Q, Q_MAX, num_warps, it, it + items,
-                          (items // Q_BUFS) & 1, VALID_D, q_empty.index(qb), QUANTIZE_Q)  # fmt: skip
+                          (items // Q_BUFS) & 1, VALID_D, q_empty.index(qb), QUANTIZE_Q,
+                          SOFTMAX_FENCE=SOFTMAX_FENCE)  # fmt: skip
                 if not QUANTIZE_Q:  # (QUANTIZE_Q: handed back once rounded, in _consumer)
                     mbarrier.arrive(q_empty.index(qb), count=1)  # this warpgroup's QK wgmmas are done with it
                 it += num_blocks
@@ -1363,7 +1430,7 @@ if HAS_GLUON:
                              Q_MAX: gl.constexpr,
                              HAS_Q_DESCALE: gl.constexpr, HAS_K_DESCALE: gl.constexpr, HAS_V_DESCALE: gl.constexpr,
                              num_warps: gl.constexpr, VALID_D: gl.constexpr, work_ids, work_ready, work_empty,
-                             DYNAMIC: gl.constexpr):  # fmt: skip
+                             DYNAMIC: gl.constexpr, SOFTMAX_FENCE: gl.constexpr = False):  # fmt: skip
         # A consumer warpgroup's walk over the same work items as the producer: each tile as in the non-persistent
         # kernel (_consumer), its ring blocks, wgmma turns and Q buffer counted on from the tiles before. DYNAMIC: the
         # items come from the producer through work_ids (see _producer_persistent) until one is past the last.
@@ -1384,7 +1451,7 @@ if HAS_GLUON:
                 n_tile_slots, num_q_heads, GROUP, ROW0, ROWS, CAUSAL, PINGPONG, RETURN_LSE, ZERO_TAIL, PAGED,
                 PAGE_SIZE, HAS_SEQUSED, SEQ_FILTER, DECODE_MAX_Q, FP8, P_SCALE_LOG2, TWO_LEVEL, P_PER_TILE,
                 LEAN_SOFTMAX, QUANTIZE_Q, Q_MAX, HAS_Q_DESCALE, HAS_K_DESCALE, HAS_V_DESCALE, num_warps,
-                VALID_D)  # fmt: skip
+                VALID_D, SOFTMAX_FENCE)  # fmt: skip
             if DYNAMIC:
                 taken += 1
                 work = _take_work(work_ids, work_ready, work_empty, taken, num_warps)
@@ -1409,7 +1476,7 @@ if HAS_GLUON:
                                      HAS_Q_DESCALE: gl.constexpr, HAS_K_DESCALE: gl.constexpr,
                                      HAS_V_DESCALE: gl.constexpr, num_warps: gl.constexpr,
                                      VALID_D: gl.constexpr, work_ids, work_ready, work_empty,
-                                     DYNAMIC: gl.constexpr):  # fmt: skip
+                                     DYNAMIC: gl.constexpr, SOFTMAX_FENCE: gl.constexpr = False):  # fmt: skip
         _consumer_persistent(q_bufs, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, kv_empty, turns, q_src,
                              out_ptr, lse_ptr, cu_seqlens_q_ptr, cu_seqlens_k_ptr, seqused_k_ptr, q_descale_ptr,
                              k_descale_ptr, v_descale_ptr, num_seqs, total_q, total_k, max_blocks, softmax_scale,
@@ -1419,7 +1486,7 @@ if HAS_GLUON:
                              PINGPONG, RETURN_LSE, ZERO_TAIL, PAGED, PAGE_SIZE, HAS_SEQUSED, SEQ_FILTER,
                              DECODE_MAX_Q, FP8, P_SCALE_LOG2, TWO_LEVEL, P_PER_TILE, LEAN_SOFTMAX, QUANTIZE_Q, Q_MAX,
                              HAS_Q_DESCALE, HAS_K_DESCALE, HAS_V_DESCALE, num_warps, VALID_D, work_ids, work_ready,
-                             work_empty, DYNAMIC)  # fmt: skip
+                             work_empty, DYNAMIC, SOFTMAX_FENCE)  # fmt: skip
         return ()
 
     # Lengths, counts and the widths they set (block table, lse rows) change per batch: not specialized, so a new
@@ -1518,6 +1585,8 @@ if HAS_GLUON:
         ROW_SUM_MMA: gl.constexpr,  # not PERSISTENT, two-level fp8 P@V: P's row sums as P @ ones (_pv_issue)
         # not PERSISTENT, TMA loads: 3, three consumer warpgroups on tiles of three 64-row Q boxes (q_desc's); else 2
         CONSUMERS: gl.constexpr,
+        P_SMEM: gl.constexpr,  # not PERSISTENT: P reaches its P@V through shared memory, not registers (_p_store)
+        SOFTMAX_FENCE: gl.constexpr,  # each P@V waited for after the softmax's exponentials (_after_softmax)
         num_warps: gl.constexpr,
     ):
         if LAUNCH_DEPENDENTS:
@@ -1616,7 +1685,7 @@ if HAS_GLUON:
                         PAGED, PAGE_SIZE, HAS_SEQUSED, SEQ_FILTER, DECODE_MAX_Q, FP8, P_SCALE_LOG2, TWO_LEVEL,
                         P_PER_TILE, LEAN_SOFTMAX,
                         QUANTIZE_Q, Q_MAX, HAS_Q_DESCALE, HAS_K_DESCALE, HAS_V_DESCALE, num_warps,
-                        VALID_D, work_ids, work_ready, work_empty, DYNAMIC)),
+                        VALID_D, work_ids, work_ready, work_empty, DYNAMIC, SOFTMAX_FENCE)),
                     (_consumer_persistent, (
                         q_bufs, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, kv_empty, turns, q_stage, out_ptr,
                         lse_ptr, cu_seqlens_q_ptr, cu_seqlens_k_ptr, seqused_k_ptr, q_descale_ptr, k_descale_ptr,
@@ -1627,7 +1696,7 @@ if HAS_GLUON:
                         PAGED, PAGE_SIZE, HAS_SEQUSED, SEQ_FILTER, DECODE_MAX_Q, FP8, P_SCALE_LOG2, TWO_LEVEL,
                         P_PER_TILE, LEAN_SOFTMAX,
                         QUANTIZE_Q, Q_MAX, HAS_Q_DESCALE, HAS_K_DESCALE, HAS_V_DESCALE, num_warps,
-                        VALID_D, work_ids, work_ready, work_empty, DYNAMIC)),
+                        VALID_D, work_ids, work_ready, work_empty, DYNAMIC, SOFTMAX_FENCE)),
                     (_producer_persistent, (
                         q16_desc, k_desc, v_desc, q_stage, k_bufs, v_bufs, v_stage, q_ready, q_empty, k_ready, v_ready,
                         kv_empty,
@@ -1654,7 +1723,8 @@ if HAS_GLUON:
                           PAGE_SIZE, PAGED_TMA, BLOCK_N, HAS_SEQUSED, SEQ_FILTER, DECODE_MAX_Q, STAGES, FP8,
                           P_SCALE_LOG2, TWO_LEVEL, P_PER_TILE, LEAN_SOFTMAX,
                           QUANTIZE_Q, Q_MAX, HAS_Q_DESCALE, HAS_K_DESCALE,
-                          HAS_V_DESCALE, num_warps, VALID_D, EARLY_K_RELEASE, ROW_SUM_MMA, CONSUMERS)  # fmt: skip
+                          HAS_V_DESCALE, num_warps, VALID_D, EARLY_K_RELEASE, ROW_SUM_MMA, CONSUMERS,
+                          P_SMEM, SOFTMAX_FENCE)  # fmt: skip
 
     @gluon.jit
     def _tile_program(q_desc, k_desc, v_desc, q16_desc, k_ptr, v_ptr, out_ptr, lse_ptr, cu_seqlens_q_ptr,
@@ -1673,7 +1743,8 @@ if HAS_GLUON:
                       QUANTIZE_Q: gl.constexpr, Q_MAX: gl.constexpr, HAS_Q_DESCALE: gl.constexpr,
                       HAS_K_DESCALE: gl.constexpr, HAS_V_DESCALE: gl.constexpr, num_warps: gl.constexpr,
                       VALID_D: gl.constexpr, EARLY_K_RELEASE: gl.constexpr,
-                      ROW_SUM_MMA: gl.constexpr, CONSUMERS: gl.constexpr):  # fmt: skip
+                      ROW_SUM_MMA: gl.constexpr, CONSUMERS: gl.constexpr, P_SMEM: gl.constexpr,
+                      SOFTMAX_FENCE: gl.constexpr):  # fmt: skip
         # One program per (q head, q tile slot): grid (Hq, slots). A consumer warpgroup per 64 rows: two on q_desc's
         # 128-row boxes, or three on three of its 64-row boxes (config `ws_consumers`)
         BLOCK_M: gl.constexpr = q_desc.block_type.shape[0] * (3 if CONSUMERS == 3 else 1)
@@ -1734,6 +1805,11 @@ if HAS_GLUON:
                     _thread_barrier()
                 else:
                     ones_smem = q_smem  # unused
+                if P_SMEM:  # each consumer warpgroup's P tile, the A operand of its P@V
+                    p_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([ROWS, BLOCK_N], v_desc.dtype)
+                    p_bufs = gl.allocate_shared_memory(v_desc.dtype, [CONSUMERS, ROWS, BLOCK_N], p_layout)
+                else:
+                    p_bufs = q_smem  # unused
                 q_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
                 k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
                 v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
@@ -1771,19 +1847,21 @@ if HAS_GLUON:
                                                  stride_o_tok, stride_o_head, stride_lse_head, 0, ROWS, CAUSAL,
                                                  PINGPONG, RETURN_LSE, ZERO_TAIL, FP8, P_SCALE_LOG2, TWO_LEVEL,
                                                  P_PER_TILE, LEAN_SOFTMAX, QUANTIZE_Q, Q_MAX, num_warps, 0, 0, 0,
-                                                 VALID_D, ones_smem, ROW_SUM_MMA)),
+                                                 VALID_D, ones_smem, ROW_SUM_MMA, p_bufs, P_SMEM, SOFTMAX_FENCE)),
                             (_consumer, (q_smem, k_bufs, v_bufs, q_ready, k_ready, v_ready, kv_empty, turns, q_stage,
                                          out_ptr, lse_ptr, seq_q_start, seq_q_len, q_tile_start, q_head, seq_k_len,
                                          num_blocks, key_shift, qk_scale, out_scale, stride_o_tok, stride_o_head,
                                          stride_lse_head, ROWS, ROWS, CAUSAL, PINGPONG, RETURN_LSE, ZERO_TAIL, FP8,
                                          P_SCALE_LOG2, TWO_LEVEL, P_PER_TILE, LEAN_SOFTMAX, QUANTIZE_Q, Q_MAX,
-                                         num_warps, 0, 0, 0, VALID_D, 0, False, ones_smem, ROW_SUM_MMA)),
+                                         num_warps, 0, 0, 0, VALID_D, 0, False, ones_smem, ROW_SUM_MMA, p_bufs,
+                                         P_SMEM, SOFTMAX_FENCE)),
                             (_consumer, (q_smem, k_bufs, v_bufs, q_ready, k_ready, v_ready, kv_empty, turns, q_stage,
                                          out_ptr, lse_ptr, seq_q_start, seq_q_len, q_tile_start, q_head, seq_k_len,
                                          num_blocks, key_shift, qk_scale, out_scale, stride_o_tok, stride_o_head,
                                          stride_lse_head, 2 * ROWS, ROWS, CAUSAL, PINGPONG, RETURN_LSE, ZERO_TAIL,
                                          FP8, P_SCALE_LOG2, TWO_LEVEL, P_PER_TILE, LEAN_SOFTMAX, QUANTIZE_Q, Q_MAX,
-                                         num_warps, 0, 0, 0, VALID_D, 0, False, ones_smem, ROW_SUM_MMA)),
+                                         num_warps, 0, 0, 0, VALID_D, 0, False, ones_smem, ROW_SUM_MMA, p_bufs,
+                                         P_SMEM, SOFTMAX_FENCE)),
                             (_producer, (q16_desc, k_desc, v_desc, q_stage, k_bufs, v_bufs, v_stage, q_ready,
                                          k_ready, v_ready, kv_empty, seq_q_start + q_tile_start, q_head * VALID_D,
                                          seq_k_start - key_shift, k_ptr, v_ptr, block_table_ptr, seq, stride_bt_seq,
@@ -1805,14 +1883,16 @@ if HAS_GLUON:
                                                  stride_o_tok, stride_o_head, stride_lse_head, 0,
                                                  ROWS, CAUSAL, PINGPONG, RETURN_LSE, ZERO_TAIL, FP8, P_SCALE_LOG2,
                                                  TWO_LEVEL, P_PER_TILE, LEAN_SOFTMAX, QUANTIZE_Q, Q_MAX, num_warps,
-                                                 0, 0, 0, VALID_D, ones_smem, ROW_SUM_MMA)),
+                                                 0, 0, 0, VALID_D, ones_smem, ROW_SUM_MMA, p_bufs, P_SMEM,
+                                                 SOFTMAX_FENCE)),
                             (_consumer, (q_smem, k_bufs, v_bufs, q_ready, k_ready, v_ready, kv_empty, turns, q_stage,
                                          out_ptr, lse_ptr, seq_q_start, seq_q_len, q_tile_start, q_head, seq_k_len,
                                          num_blocks, key_shift, qk_scale, out_scale,
                                          stride_o_tok, stride_o_head, stride_lse_head, ROWS, ROWS, CAUSAL, PINGPONG,
                                          RETURN_LSE, ZERO_TAIL, FP8, P_SCALE_LOG2, TWO_LEVEL, P_PER_TILE, LEAN_SOFTMAX,
                                          QUANTIZE_Q,
-                                         Q_MAX, num_warps, 0, 0, 0, VALID_D, 0, False, ones_smem, ROW_SUM_MMA)),
+                                         Q_MAX, num_warps, 0, 0, 0, VALID_D, 0, False, ones_smem, ROW_SUM_MMA,
+                                         p_bufs, P_SMEM, SOFTMAX_FENCE)),
                             (_producer, (q16_desc, k_desc, v_desc, q_stage, k_bufs, v_bufs, v_stage, q_ready, k_ready,
                                          v_ready, kv_empty, seq_q_start + q_tile_start, q_head * VALID_D,
                                          seq_k_start - key_shift, k_ptr, v_ptr, block_table_ptr, seq, stride_bt_seq,
@@ -1857,7 +1937,8 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
                         early_k_release: bool = False, lean_softmax: bool = False,
                         fp8_p_one_rounding: bool = False, dynamic: bool = False, dynamic_tail: int = 0,
                         uniform_ticket: bool = False, producer_regs: int = 0,
-                        fp8_row_sum_mma: bool = False, consumers: int = 2):  # fmt: skip
+                        fp8_row_sum_mma: bool = False, consumers: int = 2, p_smem: bool = False,
+                        softmax_fence: bool = False):  # fmt: skip
     """(kernel, grid, args, constexprs, options) of one warp-specialized prefill launch; `supports` must hold.
 
     fp8 K/V: V is read from its key-major copy (`key_major_v`, made here); quantize_q rounds a 16-bit q to K's fp8
@@ -1881,6 +1962,8 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
     fp8_row_sum_mma (flat grid, two-level fp8 P@V): P's row sums from a wgmma of P and ones, not the CUDA cores.
     consumers: 3, three consumer warpgroups on 192-row tiles (a third softmax in flight while the tensor cores run
     the other two's matmuls) where the flat grid loads contiguous K/V through TMA at D <= 128; else two (128 rows).
+    p_smem (flat grid, not fp8_row_sum_mma): P reaches its P@V through shared memory instead of registers.
+    softmax_fence: each block's P@V waited for after its softmax's exponentials (ptxas moves the wait before them).
     """
     total_q, num_q_heads, valid_d = q.shape
     head_dim = tile_head_dim(valid_d)  # the tiles' D; a smaller head size is padded (supports' pad_head_dim)
@@ -1985,6 +2068,10 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
         *(s for d in (q_descale, k_descale, v_descale) for s in descale_strides(d)),
         n_tile_slots, num_q_heads,
     )  # fmt: skip
+    # three warpgroups' 16-bit P tiles do not fit beside their Q and two K/V stages at D 128 (254 KB; fp8: 139 KB)
+    p_smem_flat = p_smem and persistent_programs == 0 and not (three and v.element_size() == 2 and head_dim > 64)
+    row_sum_mma = fp8_row_sum_mma and fp8 and not widened_v and two_level and not p_per_tile and not persistent_programs
+    row_sum_mma = row_sum_mma and not p_smem_flat
     constexprs = dict(
         GROUP=num_q_heads // num_kv_heads,
         CAUSAL=causal,
@@ -2022,10 +2109,10 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
         DYNAMIC_TAIL=dynamic_tail if dynamic and persistent_programs > 0 else 0,
         UNIFORM_TICKET=uniform_ticket and dynamic and persistent_programs > 0,
         TMA_PRODUCER_REGS=producer_regs or getattr(PERSISTENT_PRODUCER_REGS, "value", PERSISTENT_PRODUCER_REGS),
-        ROW_SUM_MMA=(
-            fp8_row_sum_mma and fp8 and not widened_v and two_level and not p_per_tile and persistent_programs == 0
-        ),  # fmt: skip
+        ROW_SUM_MMA=row_sum_mma,
         CONSUMERS=3 if three else 2,
+        P_SMEM=p_smem_flat,
+        SOFTMAX_FENCE=softmax_fence,
     )
     return attention_fwd_hopper_kernel, grid, args, constexprs, {"num_warps": NUM_WARPS}
 
