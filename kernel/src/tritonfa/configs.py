@@ -166,12 +166,15 @@ class AttentionConfig:
     ws_consumers: int = 2
     # Gluon prefill on the flat grid: P reaches its P@V through a shared-memory tile per consumer warpgroup instead of
     # registers (a store, a fence and a warpgroup barrier per block), so the registers P held while its P@V ran are
-    # free: three consumer warpgroups (160 registers) with 128-key blocks at D 128. Opt-in, not yet run on a GPU
+    # free: three consumer warpgroups (160 registers) with 128-key blocks at D 128. H100, session 37: with three
+    # consumers and one-level fp8 P@V, fp8 b4x4096 non-causal -12.0% (8/8 rounds) but error 2.49e-2 against 2.21e-2
+    # (P at a fixed scale, not per key block as `ws_fp8_p_per_tile`, which needs two levels): opt-in until it does
     ws_p_smem: bool = False
     # Gluon prefill: each block's P@V waited for after the softmax's exponentials. ptxas schedules the wait right
     # after the row max (sm_90 SASS, every Gluon prefill: a wgmma wait goes as early as its basic block allows), so a
     # warpgroup's exponentials never overlap its own P@V; a loop ptxas cannot remove, on the row sums, ends that
-    # block (`attention_hopper._after_softmax`). Opt-in, not yet run on a GPU
+    # block (`attention_hopper._after_softmax`). H100, session 37: slower, fp8 b4x4096 non-causal +13% (0/4 rounds),
+    # bf16 +7% (1/4): off
     ws_softmax_fence: bool = False
     ws_block_n: int = 0  # Gluon prefill: keys per block, 64 or 128 (0: attention_hopper.tiles_for's)
     # Gluon prefill: 16-bit head sizes other than 64/128/256 (multiples of 8, e.g. 80, 96) in tiles of the next of
