@@ -736,6 +736,15 @@ if HAS_GLUON:
             return v_bufs.index(s)
 
     @gluon.jit
+    def _fp8_key_order(b_p):
+        # [BM, BN] with the keys of each 16-key group reordered 0 1 8 9 2 3 10 11 4 5 12 13 6 7 14 15: then the four
+        # P values of one fp8 A-operand register are already in one thread (the key-major V copy holds its keys in
+        # the same order, FP8_KEY_ORDER). A reshape of registers: no data moves.
+        BM: gl.constexpr = b_p.type.shape[0]
+        BN: gl.constexpr = b_p.type.shape[1]
+        return gl.reshape(gl.permute(gl.reshape(b_p, [BM, BN // 16, 2, 4, 2]), [0, 1, 3, 2, 4]), [BM, BN])
+
+    @gluon.jit
     def _to_p(b_p, dtype: gl.constexpr, p_layout: gl.constexpr, LEAN_SOFTMAX: gl.constexpr = 0):
         # P (fp32, s layout) as the next P@V's A operand: 16-bit P in its dot-operand layout. fp8 P is carried to the
         # next step as fp16 pairs in the order _fp8_operand wants (a loop-carried fp8 tensor lives as one byte per
@@ -744,13 +753,7 @@ if HAS_GLUON:
         # register (the second pair's is left unused): 2 conversions per 4 values instead of 4.
         IS_FP8: gl.constexpr = dtype.primitive_bitwidth == 8
         if IS_FP8:
-            # keys of each 16-key group reordered 0 1 8 9 2 3 10 11 4 5 12 13 6 7 14 15: then the four P values of
-            # one A-operand register are already in one thread (the key-major V copy holds its keys in the same
-            # order, FP8_KEY_ORDER)
-            BM: gl.constexpr = b_p.type.shape[0]
-            BN: gl.constexpr = b_p.type.shape[1]
-            p = gl.reshape(b_p, [BM, BN // 16, 2, 4, 2])
-            p = gl.reshape(gl.permute(p, [0, 1, 3, 2, 4]), [BM, BN])
+            p = _fp8_key_order(b_p)
             if LEAN_SOFTMAX == 2:
                 # cvt ...e4m3x2.f32 d, a, b puts a in the high byte: values 0 1 -> lo, 2 3 -> hi, as _fp8_operand
                 p = gl.inline_asm_elementwise(
@@ -792,11 +795,9 @@ if HAS_GLUON:
     @gluon.jit
     def _p_narrow(b_p, dtype: gl.constexpr):
         # P (fp32, s layout) in the P@V's type for _p_store (config `ws_p_smem`); fp8 P rounded once, as LEAN_SOFTMAX
-        # 2, in the key order of the key-major V copy (see _to_p)
+        # 2, in the key order of the key-major V copy
         if dtype.primitive_bitwidth == 8:
-            BM: gl.constexpr = b_p.type.shape[0]
-            BN: gl.constexpr = b_p.type.shape[1]
-            b_p = gl.reshape(gl.permute(gl.reshape(b_p, [BM, BN // 16, 2, 4, 2]), [0, 1, 3, 2, 4]), [BM, BN])
+            b_p = _fp8_key_order(b_p)
         return b_p.to(dtype)
 
     @gluon.jit
@@ -817,7 +818,7 @@ if HAS_GLUON:
         # [ROW_SUM_COLS, BN] e4m3 ones, K-major): P's row sums on the tensor cores instead of 64 FADD per thread and
         # 128-key block on the CUDA cores, and of the fp8 P the P@V uses (else the P@V's token twice)
         FP8_P: gl.constexpr = p_layout.k_width == 4
-        if P_SMEM:  # p_prev: this warpgroup's P tile in shared memory (_p_to_smem)
+        if P_SMEM:  # p_prev: this warpgroup's P tile in shared memory (_p_store)
             a = p_prev
         elif FP8_P:
             a = _fp8_operand(p_prev, p_layout, LEAN_SOFTMAX == 2)
@@ -878,7 +879,7 @@ if HAS_GLUON:
             p_next = _to_p(b_p, v_bufs.dtype, p_layout, LEAN_SOFTMAX)
         if V_KEY_MAJOR or P_SMEM:
             # the P operand is made in _pv_issue (fp8: 8-bit registers cannot be a dependency of the wait, triton
-            # 3.6-3.9); ptxas keeps its registers until the wgmma is done
+            # 3.6-3.9); ptxas keeps its registers until the wgmma is done. P_SMEM: no P registers to keep
             if ROW_SUM_MMA:
                 b_pv, b_ls = warpgroup_mma_wait(num_outstanding=0, deps=(o_tok, l_tok))
                 mbarrier.arrive(kv_empty.index(V_FREE + sp), count=1)
@@ -1022,6 +1023,7 @@ if HAS_GLUON:
         TWO_LEVEL_PV: gl.constexpr = V_KEY_MAJOR and TWO_LEVEL
         P_PER_TILE_PV: gl.constexpr = TWO_LEVEL_PV and P_PER_TILE  # P rounded to fp8 and added to O on its own
         ROW_SUM_PV: gl.constexpr = ROW_SUM_MMA and TWO_LEVEL_PV and not P_PER_TILE_PV
+        FENCE: gl.constexpr = SOFTMAX_FENCE and not ROW_SUM_PV  # (the fence reads l, which P @ ones leaves alone)
         # P @ ones' accumulator: ROW_SUM_COLS columns, every one a row's sum
         l_layout: gl.constexpr = gl.NVMMADistributedLayout(
             version=[3, 0], warps_per_cta=[num_warps, 1], instr_shape=[16, ROW_SUM_COLS, INSTR_K_PV]
@@ -1094,8 +1096,7 @@ if HAS_GLUON:
                                                          False, CAUSAL, s_layout, o_layout, p_layout, WG, PINGPONG,
                                                          V_KEY_MAJOR, P_SCALE_LOG2, TWO_LEVEL_PV, P_PER_TILE_PV,
                                                          QUANTIZE_Q, LEAN_SOFTMAX, ones_smem, b_l, l_zero,
-                                                         ROW_SUM_PV, p_smem, P_SMEM,
-                                                         SOFTMAX_FENCE and not ROW_SUM_PV)  # fmt: skip
+                                                         ROW_SUM_PV, p_smem, P_SMEM, FENCE)  # fmt: skip
         # blocks on the causal diagonal or past the sequence's last key
         for j in range(gl.maximum(num_full, 1), num_blocks):
             b_o, m_i, l_i, p_prev, m_ref, b_l = _kv_step(j, it0, turn0, q_smem, k_bufs, v_bufs, k_ready,
@@ -1104,8 +1105,7 @@ if HAS_GLUON:
                                                          True, CAUSAL, s_layout, o_layout, p_layout, WG, PINGPONG,
                                                          V_KEY_MAJOR, P_SCALE_LOG2, TWO_LEVEL_PV, P_PER_TILE_PV,
                                                          QUANTIZE_Q, LEAN_SOFTMAX, ones_smem, b_l, l_zero,
-                                                         ROW_SUM_PV, p_smem, P_SMEM,
-                                                         SOFTMAX_FENCE and not ROW_SUM_PV)  # fmt: skip
+                                                         ROW_SUM_PV, p_smem, P_SMEM, FENCE)  # fmt: skip
         last = num_blocks - 1
         s_last = (it0 + last) % STAGES
         mbarrier.wait(v_ready.index(s_last), ((it0 + last) // STAGES) & 1)
