@@ -25,9 +25,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 # name -> TRITONFA_CONFIG override (applied to every config the dispatcher picks in that run); an "env" entry sets
 # environment variables for that run instead
-# three consumer warpgroups with 64-key blocks (4 ring slots): the D 128 consumers fit 160 registers there
-THREE_BN64 = {"ws_consumers": 3, "ws_persistent": False, "ws_block_n": 64}
-THREE_P_SMEM = {"ws_consumers": 3, "ws_persistent": False, "ws_p_smem": True}
+# three consumer warpgroups with 64-key blocks (4 ring slots): the D 128 consumers fit 160 registers there. These
+# and THREE_P_SMEM keep their session 35-37 meaning for fp8 non-causal: ws_fp8_three_consumers (Hopper's default
+# since session 38) would otherwise set P in shared memory and one-level P@V there whatever they say
+THREE_BN64 = {"ws_consumers": 3, "ws_persistent": False, "ws_block_n": 64, "ws_fp8_three_consumers": False}
+THREE_P_SMEM = {"ws_consumers": 3, "ws_persistent": False, "ws_p_smem": True, "ws_fp8_three_consumers": False}
 PREFILL_VARIANTS = {
     "default": {},
     # the default again, through an override: the noise floor beside every A/B (session 33: every variant of the
@@ -83,7 +85,9 @@ PREFILL_VARIANTS = {
     "ws-fp8-row-sum-mma": {"ws_fp8_row_sum_mma": True},  # fp8 l from P @ ones on the tensor cores
     # three consumer warpgroups on 192-row tiles (flat grid, TMA loads): fp8 non-causal is flat already; the 16-bit
     # and causal launches with the persistent grid off
-    "ws-three-consumers": {"ws_consumers": 3, "ws_persistent": False},
+    "ws-three-consumers": {"ws_consumers": 3, "ws_persistent": False, "ws_fp8_three_consumers": False},
+    # fp8 q/k/v non-causal as before session 38: two consumer warpgroups, P in registers, two-level P@V
+    "ws-fp8-two-consumers": {"ws_fp8_three_consumers": False},
     # with 64-key blocks (128-key blocks spill at D 128), and fp8 P@V chained in the MMA (one level)
     "ws-three-consumers-bn64": THREE_BN64,
     "ws-three-consumers-bn64-one-level": {**THREE_BN64, "ws_fp8_two_level": False},

@@ -761,7 +761,9 @@ def test_paged_tma_is_planned_where_the_cache_allows_it(monkeypatch):
 
 
 def _ws_fp8_config(**fields) -> str:
-    return json.dumps({"hopper": {"warp_specialized": True, "ws_fp8": True, **fields}})
+    # ws_fp8_three_consumers off unless given: the tests that name consumers, P's path or the P@V's levels get those
+    # for fp8 non-causal too (Hopper's default sets all three there)
+    return json.dumps({"hopper": {"warp_specialized": True, "ws_fp8": True, "ws_fp8_three_consumers": False, **fields}})
 
 
 @pytest.mark.skipif(not attention_hopper.HAS_GLUON, reason="this triton has no Gluon")
@@ -858,7 +860,7 @@ def test_warp_specialized_fp8_prefill_matches_reference(monkeypatch, head_size, 
 @pytest.mark.skipif(not attention_hopper.HAS_GLUON, reason="this triton has no Gluon")
 def test_fp8_p_per_tile_is_planned_where_p_meets_fp8_v(monkeypatch):
     """`ws_fp8_p_per_tile` (Hopper's default since session 35): only where the Gluon prefill rounds P to fp8
-    (key-major V, two-level P@V); the config turns it off."""
+    (key-major V), with the P@V one- or two-level; the config turns it off."""
     fp8 = torch.float8_e4m3fn
     inputs = make_inputs([300], [300], num_heads=(8, 2), head_size=128, dtype=fp8, kv_dtype=fp8)
     monkeypatch.setenv("TRITONFA_CONFIG", _ws_fp8_config(ws_fp8_p_per_tile=True))
@@ -866,7 +868,8 @@ def test_fp8_p_per_tile_is_planned_where_p_meets_fp8_v(monkeypatch):
     assert non_causal["P_PER_TILE"] and non_causal["P_SCALE_LOG2"] > 0
     assert not _constexprs(inputs)["P_PER_TILE"], "causal calls widen V (16-bit P) by default"
     monkeypatch.setenv("TRITONFA_CONFIG", _ws_fp8_config(ws_fp8_p_per_tile=True, ws_fp8_two_level=False))
-    assert not _constexprs(inputs, window_right=-1)["P_PER_TILE"], "P@V chained in the MMA: no factor per block"
+    one_level = _constexprs(inputs, window_right=-1)
+    assert one_level["P_PER_TILE"] and not one_level["TWO_LEVEL"], "P@V chained in the MMA: O moves by alpha too"
     monkeypatch.setenv("TRITONFA_CONFIG", _ws_fp8_config(ws_fp8_p_per_tile=False))
     assert not _constexprs(inputs, window_right=-1)["P_PER_TILE"], "turned off"
     monkeypatch.delenv("TRITONFA_CONFIG")
@@ -876,33 +879,34 @@ def test_fp8_p_per_tile_is_planned_where_p_meets_fp8_v(monkeypatch):
 @pytest.mark.skipif(not (ON_HOPPER and attention_hopper.HAS_GLUON), reason="Gluon kernels run on a Hopper GPU only")
 @pytest.mark.parametrize("head_size", [64, 128])
 @pytest.mark.parametrize("causal", [True, False])
-@pytest.mark.parametrize("persistent", [True, False])
-def test_warp_specialized_fp8_p_per_tile_matches_reference(monkeypatch, head_size, causal, persistent):
-    """fp8 P scaled per (row, key block) with key-major V: against the reference (NaN keys past the sequences,
-    an empty sequence, per-head descales), and visibly not the power of two's numerics (same inputs)."""
-    fields = dict(ws_fp8_v16_contiguous=False, ws_persistent=persistent)
+@pytest.mark.parametrize(("persistent", "two_level"), [(True, True), (False, True), (False, False)])
+def test_warp_specialized_fp8_p_per_tile_matches_reference(monkeypatch, head_size, causal, persistent, two_level):
+    """fp8 P scaled per (row, key block) with key-major V, its P@V added to O per block or chained in the MMA:
+    against the reference (NaN keys past the sequences, an empty sequence, per-head descales), and visibly not the
+    power of two's numerics (same inputs)."""
+    fields = dict(ws_fp8_v16_contiguous=False, ws_persistent=persistent, ws_fp8_two_level=two_level)
     monkeypatch.setenv("TRITONFA_CONFIG", _ws_fp8_config(ws_fp8_p_per_tile=True, **fields))
     inputs = _fp8_batch(head_size, torch.float8_e4m3fn, use_seqused_k=True)
     assert _plan(inputs)[0] == WS and _constexprs(inputs, window_right=-1 if not causal else 0)["P_PER_TILE"]
     descales = {name: fp8_descale("per_head", inputs.batch, inputs.num_kv_heads)
                 for name in ("q_descale", "k_descale", "v_descale")}  # fmt: skip
     per_tile = check_low_precision(inputs, causal=causal, **descales)
-    monkeypatch.setenv("TRITONFA_CONFIG", _ws_fp8_config(**fields))
+    monkeypatch.setenv("TRITONFA_CONFIG", _ws_fp8_config(ws_fp8_p_per_tile=False, **fields))  # (Hopper's is True)
     power_of_two = check_low_precision(inputs, causal=causal, **descales)
     assert not torch.equal(per_tile, power_of_two), "the config changed nothing"
 
 
 @pytest.mark.skipif(not (ON_HOPPER and attention_hopper.HAS_GLUON), reason="Gluon kernels run on a Hopper GPU only")
 @pytest.mark.parametrize("profile", ["falls", "rises"])
-@pytest.mark.parametrize("persistent", [True, False])
-def test_warp_specialized_fp8_p_per_tile_far_from_the_running_max(monkeypatch, profile, persistent):
+@pytest.mark.parametrize(("persistent", "two_level"), [(True, True), (False, True), (False, False)])
+def test_warp_specialized_fp8_p_per_tile_far_from_the_running_max(monkeypatch, profile, persistent, two_level):
     """P per key block keeps O and l at the block's row max: key blocks ~255 log2 units below an earlier peak
     (falls: their reference clamped 2^64 under the running max, their P underflows) or above the earlier ones
     (rises). q = 4 everywhere and 40 keys = 4 everywhere give those keys scores of 181 nats; the rest are small.
     Output and lse against the reference, finite."""
     fp8 = torch.float8_e4m3fn
     monkeypatch.setenv("TRITONFA_CONFIG", _ws_fp8_config(ws_fp8_p_per_tile=True, ws_fp8_v16_contiguous=False,
-                                                         ws_persistent=persistent))  # fmt: skip
+                                                         ws_persistent=persistent, ws_fp8_two_level=two_level))  # fmt: skip
     inputs = make_inputs([70, 200], [700, 520], num_heads=(4, 2), head_size=128, dtype=fp8, kv_dtype=fp8)
     inputs.q.fill_(4.0)
     k = inputs.k.float().clamp(-1, 1)  # [total_k, Hk, D]: scores with q of a few nats
@@ -928,7 +932,7 @@ def test_fp8_row_sum_mma_is_planned_for_the_flat_two_level_fp8_p_at_v_only(monke
     # P per tile (Hopper's default) keeps l beside O per block: row sums from P @ ones need the fixed P scale
     monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"ws_fp8_row_sum_mma": True}}))
     assert not _constexprs(inputs, window_right=-1)["ROW_SUM_MMA"], "not with P per tile"
-    fixed_p_scale = {"ws_fp8_p_per_tile": False}
+    fixed_p_scale = {"ws_fp8_p_per_tile": False, "ws_fp8_three_consumers": False}  # (three: one-level P@V)
     monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"ws_fp8_row_sum_mma": True, **fixed_p_scale}}))
     constexprs = _constexprs(inputs, window_right=-1)
     assert constexprs["ROW_SUM_MMA"] and not constexprs["PERSISTENT"]
@@ -994,7 +998,7 @@ def _assert_quantized_q_equals_the_fp8_q_call(fp8_inputs, bf16_inputs, causal: b
 def test_three_consumers_are_planned_on_the_flat_grid_with_tma_loads_only(monkeypatch):
     """`ws_consumers` 3: 192-row tiles (three 64-row Q boxes, a tile slot per 192 rows) where the flat grid loads
     contiguous K/V through TMA at D <= 128; the persistent grid, pages, gathering producers and D 256 keep two
-    consumers. Off by default."""
+    consumers. Off by default (but for fp8 q/k/v non-causal: `ws_fp8_three_consumers`)."""
     fp8 = torch.float8_e4m3fn
     seqlens = [1, 0, 191, 192, 193, 500]
     cases = {
@@ -1003,7 +1007,8 @@ def test_three_consumers_are_planned_on_the_flat_grid_with_tma_loads_only(monkey
         "bf16 d64": make_inputs(seqlens, seqlens, num_heads=(8, 2), head_size=64),
     }
     for name, inputs in cases.items():
-        assert _constexprs(inputs, window_right=-1)["CONSUMERS"] == 2, f"{name}: off by default"
+        expected = 3 if name == "fp8" else 2
+        assert _constexprs(inputs, window_right=-1)["CONSUMERS"] == expected, f"{name}: Hopper's default"
     monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"ws_consumers": 3, "ws_persistent": False}}))
     for name, inputs in cases.items():
         for causal in (True, False):
@@ -1082,6 +1087,49 @@ def test_p_smem_and_softmax_fence_are_planned_as_configured(monkeypatch):
     assert constexprs["P_SMEM"] and not constexprs["ROW_SUM_MMA"], "P @ ones reads P from registers"
     monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {**flat, "ws_consumers": 3}}))
     assert not _constexprs(inputs)["P_SMEM"], "three warpgroups' 16-bit P tiles at D 128 exceed shared memory"
+
+
+@pytest.mark.skipif(not attention_hopper.HAS_GLUON, reason="this triton has no Gluon")
+def test_fp8_three_consumers_are_planned_for_fp8_qkv_non_causal_only(monkeypatch):
+    """`ws_fp8_three_consumers` (Hopper's default since session 38): fp8 q/k/v non-causal with contiguous K/V at
+    D 128 gets three consumer warpgroups, P through shared memory, P per key block chained in the MMA; causal fp8
+    (V widened), paged fp8, D 64 fp8 (persistent grid), 16-bit calls and a 16-bit q rounded to fp8 keep theirs."""
+    fp8 = torch.float8_e4m3fn
+    qkv = make_inputs([300, 5], [300, 400], num_heads=(8, 2), head_size=128, dtype=fp8, kv_dtype=fp8)
+    chosen = _constexprs(qkv, window_right=-1)
+    assert chosen["CONSUMERS"] == 3 and chosen["P_SMEM"] and chosen["P_PER_TILE"], chosen
+    assert not chosen["TWO_LEVEL"] and not chosen["PERSISTENT"] and chosen["BLOCK_N"] == 128
+    others = [_constexprs(qkv)]  # causal
+    others.append(_constexprs(make_inputs([300], [300], num_heads=(8, 2), head_size=64, dtype=fp8, kv_dtype=fp8),
+                              window_right=-1))  # fmt: skip
+    paged = make_inputs([300], [300], num_heads=(8, 2), head_size=128, dtype=fp8, kv_dtype=fp8, kv_layout="paged")
+    others.append(_constexprs(paged, window_right=-1))
+    bf16 = make_inputs([300, 5], [300, 400], num_heads=(8, 2), head_size=128)
+    others += [_constexprs(bf16), _constexprs(bf16, window_right=-1)]
+    monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"fp8_q_for_fp8_kv": True}}))
+    rounded_q = _constexprs(make_inputs([300], [300], num_heads=(8, 2), head_size=128, kv_dtype=fp8),
+                            window_right=-1)  # fmt: skip
+    assert rounded_q["QUANTIZE_Q"]
+    for constexprs in [*others, rounded_q]:
+        assert constexprs["CONSUMERS"] == 2 and not constexprs["P_SMEM"] and constexprs["TWO_LEVEL"], constexprs
+    monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"ws_fp8_three_consumers": False}}))
+    before = _constexprs(qkv, window_right=-1)
+    assert before["CONSUMERS"] == 2 and not before["P_SMEM"] and before["TWO_LEVEL"] and before["P_PER_TILE"]
+
+
+@pytest.mark.skipif(not (ON_HOPPER and attention_hopper.HAS_GLUON), reason="Gluon kernels run on a Hopper GPU only")
+@pytest.mark.parametrize("descale_kind", ["scalar", "per_head"])
+@pytest.mark.parametrize("use_seqused_k", [False, True])
+def test_warp_specialized_fp8_default_non_causal_matches_reference(descale_kind, use_seqused_k):
+    """Hopper's own config (no override) on fp8 q/k/v non-causal at D 128: three consumer warpgroups, P per key
+    block through shared memory, one-level P@V; odd lengths, an empty sequence, NaN keys past the sequences, lse."""
+    inputs = _fp8_batch(128, torch.float8_e4m3fn, use_seqused_k)
+    constexprs = _constexprs(inputs, window_right=-1)
+    assert constexprs["CONSUMERS"] == 3 and constexprs["P_SMEM"] and constexprs["P_PER_TILE"]
+    assert not constexprs["TWO_LEVEL"]
+    descales = {name: fp8_descale(descale_kind, inputs.batch, inputs.num_kv_heads)
+                for name in ("q_descale", "k_descale", "v_descale")}  # fmt: skip
+    check_low_precision(inputs, causal=False, **descales)
 
 
 @pytest.mark.skipif(not (ON_HOPPER and attention_hopper.HAS_GLUON), reason="Gluon kernels run on a Hopper GPU only")

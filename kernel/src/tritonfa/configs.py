@@ -99,7 +99,7 @@ class AttentionConfig:
     # attention.WIDEN_COPY_MAX_BYTES keep ws_fp8_k16. Hopper: on
     ws_fp8_widen_copy: bool = False
     ws_fp8_two_level: bool = True  # fp8 P@V: each block's product added to O in fp32, not chained in the MMA
-    # with ws_fp8_two_level, where P meets key-major fp8 V (non-causal contiguous fp8 prefill): P scaled per (row, key
+    # where P meets key-major fp8 V (non-causal contiguous fp8 prefill; one- or two-level P@V): P scaled per (row, key
     # block) to fp8's max - the fp8 error study's (b), what the portable kernel does - instead of a fixed 2^8; O and
     # l kept at the block's max (session 34: no multiply per O value). Hopper: on (H100, session 35: fp8 b4x4096
     # non-causal +0.4% mean over 8 pairs against the default's own repeat -0.45%, error 2.21e-2 against 2.48e-2)
@@ -168,8 +168,15 @@ class AttentionConfig:
     # registers (a store, a fence and a warpgroup barrier per block), so the registers P held while its P@V ran are
     # free: three consumer warpgroups (160 registers) with 128-key blocks at D 128. H100, session 37: with three
     # consumers and one-level fp8 P@V, fp8 b4x4096 non-causal -12.0% (8/8 rounds) but error 2.49e-2 against 2.21e-2
-    # (P at a fixed scale, not per key block as `ws_fp8_p_per_tile`, which needs two levels): opt-in until it does
+    # (P at a fixed scale: `ws_fp8_p_per_tile` then needed two levels; since session 38 it does not, see
+    # `ws_fp8_three_consumers`)
     ws_p_smem: bool = False
+    # Gluon prefill, fp8 q/k/v non-causal with contiguous K/V read key-major on the flat grid (D 128): three consumer
+    # warpgroups, P through shared memory (`ws_p_smem`), the P@V chained in the MMA (one-level) with P per key block
+    # (`ws_fp8_p_per_tile`), whatever `ws_consumers`, `ws_p_smem` and `ws_fp8_two_level` say for other calls. Hopper:
+    # on (H100, session 38: fp8 b4x4096 non-causal -11.7% mean over 8 pairs, 8/8, against two consumers with
+    # two-level P@V, whose own repeat moved -0.8%; error 2.218e-2 against 2.211e-2)
+    ws_fp8_three_consumers: bool = False
     # Gluon prefill: each block's P@V waited for after the softmax's exponentials. ptxas schedules the wait right
     # after the row max (sm_90 SASS, every Gluon prefill: a wgmma wait goes as early as its basic block allows), so a
     # warpgroup's exponentials never overlap its own P@V; a loop ptxas cannot remove, on the row sums, ends that
@@ -253,6 +260,7 @@ _HOPPER_PREFILL = dict(
     ws_lean_softmax=True,
     ws_fp8_p_one_rounding=True,
     ws_fp8_p_per_tile=True,
+    ws_fp8_three_consumers=True,
     ws_dynamic="causal",
     ws_dynamic_tail=4,
     mixed_pdl=True,

@@ -548,18 +548,22 @@ def _hopper_prefill_specs() -> list[dict[str, Any]]:
         name = f"{fn.__name__}[hopper d{head_dim} CAUSAL={causal}{suffix} CONSUMERS=3]"
         specs.append(dict(name=name, fn=fn, bound_args=args, constexprs=constexprs, options=options, gluon=True))
     # P through shared memory (config `ws_p_smem`), flat grid: three consumer warpgroups with 128-key blocks (fp8
-    # one- and two-level at D 128, 16-bit at D 64 on both masks) and two (fp8, 16-bit causal, D 128)
-    for head_dim, consumers, causal, dtype, two_level in (
-        (128, 3, False, fp8, False), (128, 3, False, fp8, True), (64, 3, False, bf16, True), (64, 3, True, bf16, True),
-        (128, 2, False, fp8, True), (128, 2, True, bf16, True),
+    # one- and two-level at D 128, 16-bit at D 64 on both masks) and two (fp8, 16-bit causal, D 128); fp8 one-level
+    # with P per key block is Hopper's fp8 q/k/v non-causal default (config `ws_fp8_three_consumers`)
+    for head_dim, consumers, causal, dtype, two_level, p_per_tile in (
+        (128, 3, False, fp8, False, False), (128, 3, False, fp8, True, False), (64, 3, False, bf16, True, False),
+        (64, 3, True, bf16, True, False), (128, 2, False, fp8, True, False), (128, 2, True, bf16, True, False),
+        (128, 3, False, fp8, False, True),
     ):  # fmt: skip
         fn, args, constexprs, options = _plan_prefill_option(
             head_dim, causal, 0, False, dtype, dtype, **{**schedule, "consumers": consumers, "two_level": two_level,
-                                                          "p_smem": True}
+                                                          "p_smem": True, "p_per_tile": p_per_tile}
         )  # fmt: skip
         assert constexprs["P_SMEM"] and constexprs["CONSUMERS"] == consumers and not constexprs["PERSISTENT"]
+        assert constexprs["P_PER_TILE"] == p_per_tile
         suffix = " FP8" if dtype == fp8 else ""
         suffix += "" if two_level else " TWO_LEVEL=False"
+        suffix += " P_PER_TILE" if p_per_tile else ""
         name = f"{fn.__name__}[hopper d{head_dim} CAUSAL={causal}{suffix} CONSUMERS={consumers} P_SMEM]"
         specs.append(dict(name=name, fn=fn, bound_args=args, constexprs=constexprs, options=options, gluon=True))
     # each P@V waited for after the softmax's exponentials (config `ws_softmax_fence`): fp8 q/k/v non-causal (flat

@@ -1140,17 +1140,22 @@ def _plan_hopper_prefill(
     config: AttentionConfig, q_descale, k_descale, v_descale, quantize_q, seq_filter,
 ):  # fmt: skip
     v16_contiguous = config.ws_fp8_v16_contiguous is True or (config.ws_fp8_v16_contiguous == "causal" and causal)
-    fn, grid, args, constexprs, options = attention_hopper.plan_hopper_prefill(
-        q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, softmax_scale, causal, seq_filter,
-        DECODE_MAX_SEQLEN_Q, config.ws_pingpong, q_descale, k_descale, v_descale, quantize_q, config.ws_fp8_two_level,
-        config.ws_stages, config.ws_paged_tma,
-        # one program per SM, two at D 64 (their shared memory fits twice), where the persistent consumers fit
+    # one program per SM, two at D 64 (their shared memory fits twice), where the persistent consumers fit
+    programs = (
         _multiprocessor_count(q.device) * (2 if q.shape[-1] <= 64 else 1)
         if config.ws_persistent
         and _persistent_fits(q.shape[-1], is_fp8(k.dtype), block_table is not None, causal, config,
                              widened_k=attention_hopper.widens_k(q.dtype, k.dtype, quantize_q),
                              v16_contiguous=v16_contiguous)
-        else 0,
+        else 0
+    )  # fmt: skip
+    # fp8 q/k/v non-causal, contiguous, key-major V, flat grid (config `ws_fp8_three_consumers`)
+    fp8_three = (config.ws_fp8_three_consumers and is_fp8(q.dtype) and is_fp8(k.dtype) and not causal
+                 and block_table is None and not v16_contiguous and programs == 0 and q.shape[-1] <= 128)  # fmt: skip
+    fn, grid, args, constexprs, options = attention_hopper.plan_hopper_prefill(
+        q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, softmax_scale, causal, seq_filter,
+        DECODE_MAX_SEQLEN_Q, config.ws_pingpong, q_descale, k_descale, v_descale, quantize_q,
+        config.ws_fp8_two_level and not fp8_three, config.ws_stages, config.ws_paged_tma, programs,
         config.ws_block_n,
         config.ws_fp8_paged_v16,
         v16_contiguous,
@@ -1163,8 +1168,8 @@ def _plan_hopper_prefill(
         config.ws_uniform_ticket is True or (config.ws_uniform_ticket == "paged" and block_table is not None),
         config.ws_producer_regs,
         config.ws_fp8_row_sum_mma,
-        config.ws_consumers,
-        config.ws_p_smem,
+        3 if fp8_three else config.ws_consumers,
+        config.ws_p_smem or fp8_three,
         config.ws_softmax_fence,
     )  # fmt: skip
     return KernelLaunch(fn, grid, args, constexprs, options)

@@ -1021,7 +1021,9 @@ if HAS_GLUON:
         p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=INSTR_K_PV // 8)
         row_layout: gl.constexpr = gl.SliceLayout(1, s_layout)
         TWO_LEVEL_PV: gl.constexpr = V_KEY_MAJOR and TWO_LEVEL
-        P_PER_TILE_PV: gl.constexpr = TWO_LEVEL_PV and P_PER_TILE  # P rounded to fp8 and added to O on its own
+        # P rounded to fp8 at its block's row max: O and l move from one block's reference to the next by alpha,
+        # the same whether the block's P@V is added to O on its own (two-level) or chained in the MMA
+        P_PER_TILE_PV: gl.constexpr = V_KEY_MAJOR and P_PER_TILE
         ROW_SUM_PV: gl.constexpr = ROW_SUM_MMA and TWO_LEVEL_PV and not P_PER_TILE_PV
         FENCE: gl.constexpr = SOFTMAX_FENCE and not ROW_SUM_PV  # (the fence reads l, which P @ ones leaves alone)
         # P @ ones' accumulator: ROW_SUM_COLS columns, every one a row's sum
@@ -1127,7 +1129,7 @@ if HAS_GLUON:
             b_o = b_o + b_pv
             # every column holds the row's sum: the max of a row's columns reads one of them
             l_i = gl.convert_layout(gl.max(b_l + b_ls, 1), row_layout)
-        elif TWO_LEVEL_PV:  # P_PER_TILE_PV too: the last block's P@V is at the reference O is kept at
+        elif TWO_LEVEL_PV:  # (P_PER_TILE_PV either way: the last block's P@V is at the reference O is kept at)
             b_o = b_o + warpgroup_mma_wait(num_outstanding=0, deps=(o_tok,))
         else:
             b_o = warpgroup_mma_wait(num_outstanding=0, deps=(o_tok,))
@@ -1949,9 +1951,9 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
     producer (no transpose) and P@V is a 16-bit wgmma; QK stays fp8. A 16-bit q not quantized (`supports`'
     widen_k): K and V, paged or contiguous, are gathered and widened to q's type and fp16, both wgmmas 16-bit.
     fp8_v16_contiguous: contiguous fp8 K/V are gathered and V widened as fp8_v16 does for pages (no key-major copy).
-    p_per_tile (with two_level, where P meets key-major fp8 V): P scaled per (row, key block) to fp8's max, the fp8
-    error study's (b), instead of the fixed power of two. early_k_release: a ring slot's K is handed back once its
-    QK is done, its V after its P@V (see _release_k). lean_softmax: the row max as a tree (_row_max) and a 16-bit P
+    p_per_tile (where P meets key-major fp8 V, one- or two-level P@V): P scaled per (row, key block) to fp8's max,
+    the fp8 error study's (b), instead of the fixed power of two. early_k_release: a ring slot's K is handed back once
+    its QK is done, its V after its P@V (see _release_k). lean_softmax: the row max as a tree (_row_max) and a 16-bit P
     packed two values per register as the P@V wants them (_to_p); the same arithmetic, fewer dependent steps.
     fp8_p_one_rounding: an fp8 P rounded to e4m3 once from fp32 (not through fp16), with the lean step.
     dynamic (persistent grid): the programs take tiles from a counter the launches on q's device share
@@ -2089,7 +2091,7 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
         # P's factor for an fp8 P@V's range (a 16-bit P@V needs none)
         P_SCALE_LOG2=int(math.log2(p_scale(v.dtype))) if fp8 and not widened_v else 0,
         TWO_LEVEL=two_level,
-        P_PER_TILE=p_per_tile and two_level and fp8 and not widened_v,
+        P_PER_TILE=p_per_tile and fp8 and not widened_v,
         EARLY_K_RELEASE=early_k_release,
         # an fp8 P exists only where fp8 V stays key-major; elsewhere one rounding changes nothing
         LEAN_SOFTMAX=2 if fp8_p_one_rounding and fp8 and not widened_v else int(lean_softmax),
