@@ -88,6 +88,17 @@ PREFILL_VARIANTS = {
     "ws-three-consumers": {"ws_consumers": 3, "ws_persistent": False, "ws_fp8_three_consumers": False},
     # fp8 q/k/v non-causal as before session 38: two consumer warpgroups, P in registers, two-level P@V
     "ws-fp8-two-consumers": {"ws_fp8_three_consumers": False},
+    # three K/V ring slots instead of two (fp8 q/k/v non-causal's three consumers leave 172 KB of shared memory
+    # for three; 16-bit calls keep what fits)
+    "ws-stages-3": {"ws_stages": 3},
+    # fp8 q/k/v causal as non-causal is since session 38 (three consumers, P per key block through shared memory,
+    # one-level fp8 P@V) in 128-key blocks, V read key-major instead of widened to fp16 (ws_fp8_v16_contiguous)
+    "ws-fp8-causal-three": {
+        **THREE_P_SMEM,
+        "ws_fp8_two_level": False,
+        "ws_fp8_v16_contiguous": False,
+        "ws_block_n": 128,
+    },
     # with 64-key blocks (128-key blocks spill at D 128), and fp8 P@V chained in the MMA (one level)
     "ws-three-consumers-bn64": THREE_BN64,
     "ws-three-consumers-bn64-one-level": {**THREE_BN64, "ws_fp8_two_level": False},

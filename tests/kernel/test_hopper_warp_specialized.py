@@ -1157,20 +1157,25 @@ def test_warp_specialized_p_smem_and_fence_match_reference(monkeypatch, consumer
 
 
 @pytest.mark.skipif(not (ON_HOPPER and attention_hopper.HAS_GLUON), reason="Gluon kernels run on a Hopper GPU only")
-@pytest.mark.parametrize(("consumers", "p_smem", "two_level"), [(3, True, False), (3, True, True), (2, True, True),
-                                                                (2, False, True), (2, False, False)])  # fmt: skip
-def test_warp_specialized_fp8_p_smem_and_fence(monkeypatch, consumers, p_smem, two_level):
-    """fp8 q/k/v non-causal (key-major V, fp8 P in V's key order when it goes through shared memory) with
-    `ws_p_smem` and/or `ws_softmax_fence`, per-head descales, NaN keys past every sequence: against the reference."""
+@pytest.mark.parametrize(("consumers", "p_smem", "two_level", "causal"),
+                         [(3, True, False, False), (3, True, True, False), (2, True, True, False),
+                          (2, False, True, False), (2, False, False, False), (3, True, False, True)])  # fmt: skip
+def test_warp_specialized_fp8_p_smem_and_fence(monkeypatch, consumers, p_smem, two_level, causal):
+    """fp8 q/k/v (key-major V, fp8 P in V's key order when it goes through shared memory) with `ws_p_smem` and/or
+    `ws_softmax_fence`, per-head descales, NaN keys past every sequence: against the reference. Causal: V kept
+    key-major (not widened), 128-key blocks, P per key block."""
     config = {"ws_consumers": consumers, "ws_fp8_two_level": two_level, "ws_persistent": False, "ws_p_smem": p_smem,
               "ws_softmax_fence": not p_smem or consumers == 2}  # fmt: skip
+    if causal:
+        config.update(ws_fp8_v16_contiguous=False, ws_block_n=128, ws_fp8_p_per_tile=True)
     monkeypatch.setenv("TRITONFA_CONFIG", _ws_fp8_config(**config))
     inputs = _fp8_batch(128, torch.float8_e4m3fn, use_seqused_k=True)
-    constexprs = _constexprs(inputs, window_right=-1)
+    constexprs = _constexprs(inputs, window_right=0 if causal else -1)
     assert constexprs["CONSUMERS"] == consumers and constexprs["P_SMEM"] == p_smem
+    assert not causal or (constexprs["BLOCK_N"] == 128 and constexprs["P_PER_TILE"] and constexprs["P_SCALE_LOG2"])
     descales = {name: fp8_descale("per_head", inputs.batch, inputs.num_kv_heads)
                 for name in ("q_descale", "k_descale", "v_descale")}  # fmt: skip
-    check_low_precision(inputs, causal=False, **descales)
+    check_low_precision(inputs, causal=causal, **descales)
 
 
 @pytest.mark.skipif(not attention_hopper.HAS_GLUON, reason="this triton has no Gluon")

@@ -549,23 +549,34 @@ def _hopper_prefill_specs() -> list[dict[str, Any]]:
         specs.append(dict(name=name, fn=fn, bound_args=args, constexprs=constexprs, options=options, gluon=True))
     # P through shared memory (config `ws_p_smem`), flat grid: three consumer warpgroups with 128-key blocks (fp8
     # one- and two-level at D 128, 16-bit at D 64 on both masks) and two (fp8, 16-bit causal, D 128); fp8 one-level
-    # with P per key block is Hopper's fp8 q/k/v non-causal default (config `ws_fp8_three_consumers`)
-    for head_dim, consumers, causal, dtype, two_level, p_per_tile in (
-        (128, 3, False, fp8, False, False), (128, 3, False, fp8, True, False), (64, 3, False, bf16, True, False),
-        (64, 3, True, bf16, True, False), (128, 2, False, fp8, True, False), (128, 2, True, bf16, True, False),
-        (128, 3, False, fp8, False, True),
+    # with P per key block is Hopper's fp8 q/k/v non-causal default (config `ws_fp8_three_consumers`); the same
+    # causal with key-major V in 128-key blocks (fp8 causal widens V by default; an A/B candidate)
+    for head_dim, consumers, causal, dtype, two_level, p_per_tile, block_n in (
+        (128, 3, False, fp8, False, False, 0), (128, 3, False, fp8, True, False, 0),
+        (64, 3, False, bf16, True, False, 0), (64, 3, True, bf16, True, False, 0),
+        (128, 2, False, fp8, True, False, 0), (128, 2, True, bf16, True, False, 0),
+        (128, 3, False, fp8, False, True, 0), (128, 3, True, fp8, False, True, 128),
     ):  # fmt: skip
         fn, args, constexprs, options = _plan_prefill_option(
             head_dim, causal, 0, False, dtype, dtype, **{**schedule, "consumers": consumers, "two_level": two_level,
-                                                          "p_smem": True, "p_per_tile": p_per_tile}
+                                                          "p_smem": True, "p_per_tile": p_per_tile, "block_n": block_n}
         )  # fmt: skip
         assert constexprs["P_SMEM"] and constexprs["CONSUMERS"] == consumers and not constexprs["PERSISTENT"]
-        assert constexprs["P_PER_TILE"] == p_per_tile
+        assert constexprs["P_PER_TILE"] == p_per_tile and (not block_n or constexprs["BLOCK_N"] == block_n)
         suffix = " FP8" if dtype == fp8 else ""
         suffix += "" if two_level else " TWO_LEVEL=False"
         suffix += " P_PER_TILE" if p_per_tile else ""
+        suffix += f" BLOCK_N={block_n}" if block_n else ""
         name = f"{fn.__name__}[hopper d{head_dim} CAUSAL={causal}{suffix} CONSUMERS={consumers} P_SMEM]"
         specs.append(dict(name=name, fn=fn, bound_args=args, constexprs=constexprs, options=options, gluon=True))
+    # that default with three K/V ring slots (config `ws_stages`; an A/B candidate: 172 KB of shared memory)
+    fn, args, constexprs, options = _plan_prefill_option(
+        128, False, 0, False, fp8, fp8, **{**schedule, "consumers": 3, "two_level": False, "p_smem": True,
+                                            "p_per_tile": True, "stages": 3}
+    )  # fmt: skip
+    assert constexprs["STAGES"] == 3 and constexprs["P_SMEM"] and constexprs["CONSUMERS"] == 3
+    name = f"{fn.__name__}[hopper d128 CAUSAL=False FP8 TWO_LEVEL=False P_PER_TILE CONSUMERS=3 P_SMEM STAGES=3]"
+    specs.append(dict(name=name, fn=fn, bound_args=args, constexprs=constexprs, options=options, gluon=True))
     # each P@V waited for after the softmax's exponentials (config `ws_softmax_fence`): fp8 q/k/v non-causal (flat
     # grid, two- and one-level), 16-bit on the persistent grid on both masks and on the flat grid causal
     for programs, causal, dtype, two_level in (
