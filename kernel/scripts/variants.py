@@ -26,8 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 # name -> TRITONFA_CONFIG override (applied to every config the dispatcher picks in that run); an "env" entry sets
 # environment variables for that run instead
 # three consumer warpgroups with 64-key blocks (4 ring slots): the D 128 consumers fit 160 registers there. These
-# and THREE_P_SMEM keep their session 35-37 meaning for fp8 non-causal: ws_fp8_three_consumers (Hopper's default
-# since session 38) would otherwise set P in shared memory and one-level P@V there whatever they say
+# and THREE_P_SMEM keep their session 35-37 meaning for fp8 non-causal whatever ws_fp8_three_consumers is set to
+# (it would set P in shared memory and one-level P@V there)
 THREE_BN64 = {"ws_consumers": 3, "ws_persistent": False, "ws_block_n": 64, "ws_fp8_three_consumers": False}
 THREE_P_SMEM = {"ws_consumers": 3, "ws_persistent": False, "ws_p_smem": True, "ws_fp8_three_consumers": False}
 PREFILL_VARIANTS = {
@@ -86,13 +86,12 @@ PREFILL_VARIANTS = {
     # three consumer warpgroups on 192-row tiles (flat grid, TMA loads): fp8 non-causal is flat already; the 16-bit
     # and causal launches with the persistent grid off
     "ws-three-consumers": {"ws_consumers": 3, "ws_persistent": False, "ws_fp8_three_consumers": False},
-    # fp8 q/k/v non-causal as before session 38: two consumer warpgroups, P in registers, two-level P@V
-    "ws-fp8-two-consumers": {"ws_fp8_three_consumers": False},
-    # three K/V ring slots instead of two (fp8 q/k/v non-causal's three consumers leave 172 KB of shared memory
-    # for three; 16-bit calls keep what fits)
-    "ws-stages-3": {"ws_stages": 3},
-    # fp8 q/k/v causal as non-causal is since session 38 (three consumers, P per key block through shared memory,
-    # one-level fp8 P@V) in 128-key blocks, V read key-major instead of widened to fp16 (ws_fp8_v16_contiguous)
+    # fp8 q/k/v non-causal: three consumer warpgroups, P per key block through shared memory, one-level P@V
+    "ws-fp8-three-consumers": {"ws_fp8_three_consumers": True},
+    # with three K/V ring slots instead of two (172 KB of shared memory)
+    "ws-fp8-three-consumers-stages-3": {"ws_fp8_three_consumers": True, "ws_stages": 3},
+    # fp8 q/k/v causal as ws-fp8-three-consumers runs non-causal (three consumers, P per key block through shared
+    # memory, one-level fp8 P@V) in 128-key blocks, V read key-major instead of widened to fp16 (ws_fp8_v16_contiguous)
     "ws-fp8-causal-three": {
         **THREE_P_SMEM,
         "ws_fp8_two_level": False,

@@ -1149,7 +1149,8 @@ def _plan_hopper_prefill(
                              v16_contiguous=v16_contiguous)
         else 0
     )  # fmt: skip
-    # fp8 q/k/v non-causal, contiguous, key-major V, flat grid (config `ws_fp8_three_consumers`)
+    # fp8 q/k/v non-causal, contiguous, key-major V, flat grid: three consumers, P in shared memory, one-level P@V
+    # (config `ws_fp8_three_consumers`)
     fp8_three = (config.ws_fp8_three_consumers and is_fp8(q.dtype) and is_fp8(k.dtype) and not causal
                  and block_table is None and not v16_contiguous and programs == 0 and q.shape[-1] <= 128)  # fmt: skip
     fn, grid, args, constexprs, options = attention_hopper.plan_hopper_prefill(
