@@ -104,6 +104,8 @@ PREFILL_VARIANTS = {
     # with P through shared memory (config ws_p_smem): 128-key blocks fit three consumers' 160 registers
     "ws-three-consumers-p-smem": THREE_P_SMEM,
     "ws-three-consumers-p-smem-one-level": {**THREE_P_SMEM, "ws_fp8_two_level": False},
+    # P@V waited for before the next QK is issued: the two-level fp8 P@V at three consumers without spills
+    "ws-three-consumers-p-smem-serial": {**THREE_P_SMEM, "ws_p_smem": "serial"},
     # each block's P@V waited for after the softmax's exponentials (ptxas puts that wait before them otherwise)
     "ws-softmax-fence": {"ws_softmax_fence": True},
     "ws-softmax-fence-one-level": {"ws_softmax_fence": True, "ws_fp8_two_level": False},
