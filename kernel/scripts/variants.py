@@ -92,6 +92,12 @@ PREFILL_VARIANTS = {
     "ws-fp8-three-consumers-stages-3": {"ws_fp8_three_consumers": True, "ws_stages": 3},
     # fp8 q/k/v causal as ws-fp8-three-consumers runs non-causal (three consumers, P per key block through shared
     # memory, one-level fp8 P@V) in 128-key blocks, V read key-major instead of widened to fp16 (ws_fp8_v16_contiguous)
+    "ws-fp8-causal-three-serial": {
+        **THREE_P_SMEM,
+        "ws_serial_pv": True,
+        "ws_fp8_v16_contiguous": False,
+        "ws_block_n": 128,
+    },
     "ws-fp8-causal-three": {
         **THREE_P_SMEM,
         "ws_fp8_two_level": False,
@@ -104,8 +110,10 @@ PREFILL_VARIANTS = {
     # with P through shared memory (config ws_p_smem): 128-key blocks fit three consumers' 160 registers
     "ws-three-consumers-p-smem": THREE_P_SMEM,
     "ws-three-consumers-p-smem-one-level": {**THREE_P_SMEM, "ws_fp8_two_level": False},
-    # P@V waited for before the next QK is issued: the two-level fp8 P@V at three consumers without spills
-    "ws-three-consumers-p-smem-serial": {**THREE_P_SMEM, "ws_p_smem": "serial"},
+    # each P@V waited for before the next QK is issued (ws_serial_pv): the two-level fp8 P@V at three consumers
+    # without spills; 16-bit D 128 at three consumers with P in registers and 128-key blocks
+    "ws-three-consumers-p-smem-serial": {**THREE_P_SMEM, "ws_serial_pv": True},
+    "ws-three-consumers-serial": {"ws_consumers": 3, "ws_persistent": False, "ws_serial_pv": True},
     # each block's P@V waited for after the softmax's exponentials (ptxas puts that wait before them otherwise)
     "ws-softmax-fence": {"ws_softmax_fence": True},
     "ws-softmax-fence-one-level": {"ws_softmax_fence": True, "ws_fp8_two_level": False},

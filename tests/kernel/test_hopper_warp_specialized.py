@@ -1028,11 +1028,12 @@ def test_three_consumers_are_planned_on_the_flat_grid_with_tma_loads_only(monkey
 @pytest.mark.skipif(not (ON_HOPPER and attention_hopper.HAS_GLUON), reason="Gluon kernels run on a Hopper GPU only")
 @pytest.mark.parametrize("head_size", [64, 128])
 @pytest.mark.parametrize("causal", [True, False])
-@pytest.mark.parametrize("block_n", [0, 64])
-def test_warp_specialized_three_consumers_match_reference(monkeypatch, head_size, causal, block_n):
-    """Three consumer warpgroups on 192-row tiles, 16-bit: odd lengths around the tile (191 / 192 / 193 rows), an
-    empty sequence, more queries than keys, a cached prefix, NaN keys after the last sequence."""
-    config = {"ws_consumers": 3, "ws_persistent": False, "ws_block_n": block_n}
+@pytest.mark.parametrize(("block_n", "serial"), [(0, False), (64, False), (0, True)])
+def test_warp_specialized_three_consumers_match_reference(monkeypatch, head_size, causal, block_n, serial):
+    """Three consumer warpgroups on 192-row tiles, 16-bit (serial: `ws_serial_pv`, P in registers): odd lengths
+    around the tile (191 / 192 / 193 rows), an empty sequence, more queries than keys, a cached prefix, NaN keys after
+    the last sequence."""
+    config = {"ws_consumers": 3, "ws_persistent": False, "ws_block_n": block_n, "ws_serial_pv": serial}
     monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": config}))
     seqlens_q = [scaled(1, 1), 0, 191, 192, 193, 300, scaled(17, 1000), 77, 200]
     seqlens_k = [scaled(1, 1), 5, 191, 192, 193, 200, scaled(17, 1000), 333, 450]
@@ -1040,7 +1041,8 @@ def test_warp_specialized_three_consumers_match_reference(monkeypatch, head_size
     nan_tail = torch.full((37, *inputs.k.shape[1:]), float("nan"), dtype=inputs.k.dtype, device=DEVICE)
     inputs.k = torch.cat([inputs.k, nan_tail])
     inputs.v = torch.cat([inputs.v, nan_tail])
-    assert _plan(inputs)[0] == WS and _constexprs(inputs, window_right=0 if causal else -1)["CONSUMERS"] == 3
+    constexprs = _constexprs(inputs, window_right=0 if causal else -1)
+    assert _plan(inputs)[0] == WS and constexprs["CONSUMERS"] == 3 and constexprs["PINGPONG"] == (2 if serial else 1)
     atol, rtol = TOLERANCES[torch.bfloat16]
     check_against_reference(inputs, atol, rtol, causal=causal)
 
@@ -1085,6 +1087,24 @@ def test_p_smem_and_softmax_fence_are_planned_as_configured(monkeypatch):
     assert constexprs["P_SMEM"] and not constexprs["ROW_SUM_MMA"], "P @ ones reads P from registers"
     monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {**flat, "ws_consumers": 3}}))
     assert not _constexprs(inputs)["P_SMEM"], "three warpgroups' 16-bit P tiles at D 128 exceed shared memory"
+
+
+@pytest.mark.skipif(not attention_hopper.HAS_GLUON, reason="this triton has no Gluon")
+def test_serial_pv_is_planned_as_configured(monkeypatch):
+    """`ws_serial_pv`: PINGPONG 2 on either grid where ping-pong is on, never with P's row sums from P @ ones; off by
+    default."""
+    inputs = make_inputs([300, 5], [300, 400], num_heads=(8, 2), head_size=128)
+    assert _constexprs(inputs)["PINGPONG"] == 1, "off by default"
+    monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"ws_serial_pv": True}}))
+    assert _constexprs(inputs)["PINGPONG"] == 2 and _constexprs(inputs)["PERSISTENT"]
+    monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"ws_serial_pv": True, "ws_pingpong": False}}))
+    assert _constexprs(inputs)["PINGPONG"] == 0, "serial steps go with the ping-pong's turns"
+    fp8 = make_inputs([300], [300], num_heads=(8, 2), head_size=128, dtype=torch.float8_e4m3fn,
+                      kv_dtype=torch.float8_e4m3fn)  # fmt: skip
+    fields = {"ws_serial_pv": True, "ws_fp8_row_sum_mma": True, "ws_fp8_p_per_tile": False, "ws_persistent": False}
+    monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": fields}))
+    constexprs = _constexprs(fp8, window_right=-1)
+    assert constexprs["PINGPONG"] == 2 and not constexprs["ROW_SUM_MMA"], "P @ ones is issued beside the P@V"
 
 
 @pytest.mark.skipif(not attention_hopper.HAS_GLUON, reason="this triton has no Gluon")
@@ -1140,9 +1160,9 @@ def test_warp_specialized_fp8_long_context_keeps_its_magnitude(monkeypatch, thre
     P@V (one-level, as `ws_fp8_three_consumers` runs it) can shrink by up to 2^-13 per key block; the default adds
     each block's product in fp32 (two-level). Against the float64 and the low-precision references, and the mean
     output within 0.5% of the reference's (the interpreter's model of the accumulator, over 32k keys: 2.3% for the
-    one-level form, 0.07% for two levels). "serial": three consumers with the two-level P@V (`ws_p_smem` "serial")."""
+    one-level form, 0.07% for two levels). "serial": three consumers with the two-level P@V (`ws_serial_pv`)."""
     if three_consumers == "serial":
-        config = {"ws_consumers": 3, "ws_persistent": False, "ws_p_smem": "serial"}
+        config = {"ws_consumers": 3, "ws_persistent": False, "ws_p_smem": True, "ws_serial_pv": True}
     else:
         config = {"ws_fp8_three_consumers": three_consumers}
     monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": config}))
@@ -1163,15 +1183,22 @@ def test_warp_specialized_fp8_long_context_keeps_its_magnitude(monkeypatch, thre
 @pytest.mark.skipif(not (ON_HOPPER and attention_hopper.HAS_GLUON), reason="Gluon kernels run on a Hopper GPU only")
 @pytest.mark.parametrize(
     ("consumers", "p_smem", "fence"),
-    [(2, True, False), (2, True, True), (3, True, False), (3, True, True), (3, "serial", False)],
+    [
+        (2, True, False),
+        (2, True, True),
+        (3, True, False),
+        (3, True, True),
+        (3, "serial", False),
+    ],  # serial: ws_serial_pv
 )
 @pytest.mark.parametrize("causal", [True, False])
 def test_warp_specialized_p_smem_and_fence_match_reference(monkeypatch, consumers, p_smem, fence, causal):
-    """P through shared memory (`ws_p_smem`, flat grid, 128-key blocks; "serial": each P@V done before the next QK)
-    and the P@V wait after the exponentials (`ws_softmax_fence`), 16-bit: odd lengths around the tiles, an empty
-    sequence, more queries than keys, a cached prefix, NaN keys after the last sequence (a P@V that read a stale or
-    half-written P tile, or ran before its wait, shows as a wrong or NaN row)."""
-    config = {"ws_consumers": consumers, "ws_persistent": False, "ws_p_smem": p_smem, "ws_softmax_fence": fence}
+    """P through shared memory (`ws_p_smem`, flat grid, 128-key blocks; "serial": with `ws_serial_pv`, each P@V
+    done before the next QK) and the P@V wait after the exponentials (`ws_softmax_fence`), 16-bit: odd lengths around
+    the tiles, an empty sequence, more queries than keys, a cached prefix, NaN keys after the last sequence (a P@V
+    that read a stale or half-written P tile, or ran before its wait, shows as a wrong or NaN row)."""
+    config = {"ws_consumers": consumers, "ws_persistent": False, "ws_p_smem": True, "ws_softmax_fence": fence,
+              "ws_serial_pv": p_smem == "serial"}  # fmt: skip
     monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": config}))
     seqlens_q = [scaled(1, 1), 0, 127, 192, 193, 300, scaled(17, 1000), 77, 200]
     seqlens_k = [scaled(1, 1), 5, 127, 192, 193, 200, scaled(17, 1000), 333, 450]
@@ -1181,8 +1208,8 @@ def test_warp_specialized_p_smem_and_fence_match_reference(monkeypatch, consumer
     inputs.k = torch.cat([inputs.k, nan_tail])
     inputs.v = torch.cat([inputs.v, nan_tail])
     constexprs = _constexprs(inputs, window_right=0 if causal else -1)
-    assert constexprs["P_SMEM"] == (2 if p_smem == "serial" else 1) and constexprs["CONSUMERS"] == consumers
-    assert constexprs["SOFTMAX_FENCE"] == fence
+    assert constexprs["P_SMEM"] and constexprs["CONSUMERS"] == consumers and constexprs["SOFTMAX_FENCE"] == fence
+    assert constexprs["PINGPONG"] == (2 if p_smem == "serial" else 1)
     atol, rtol = TOLERANCES[torch.bfloat16]
     check_against_reference(inputs, atol, rtol, causal=causal)
 
@@ -1193,17 +1220,19 @@ def test_warp_specialized_p_smem_and_fence_match_reference(monkeypatch, consumer
                           (2, False, True, False), (2, False, False, False), (3, True, False, True),
                           (3, "serial", True, False), (3, "serial", False, False)])  # fmt: skip
 def test_warp_specialized_fp8_p_smem_and_fence(monkeypatch, consumers, p_smem, two_level, causal):
-    """fp8 q/k/v (key-major V, fp8 P in V's key order when it goes through shared memory) with `ws_p_smem` (or its
-    serial form) and/or `ws_softmax_fence`, per-head descales, NaN keys past every sequence: against the reference.
-    Causal: V kept key-major (not widened), 128-key blocks, P per key block."""
-    config = {"ws_consumers": consumers, "ws_fp8_two_level": two_level, "ws_persistent": False, "ws_p_smem": p_smem,
-              "ws_softmax_fence": not p_smem or consumers == 2}  # fmt: skip
+    """fp8 q/k/v (key-major V, fp8 P in V's key order when it goes through shared memory) with `ws_p_smem` ("serial":
+    with `ws_serial_pv`) and/or `ws_softmax_fence`, per-head descales, NaN keys past every sequence: against the
+    reference. Causal: V kept key-major (not widened), 128-key blocks, P per key block."""
+    serial = p_smem == "serial"
+    config = {"ws_consumers": consumers, "ws_fp8_two_level": two_level, "ws_persistent": False,
+              "ws_p_smem": bool(p_smem), "ws_softmax_fence": not p_smem or consumers == 2, "ws_serial_pv": serial}  # fmt: skip
     if causal:
         config.update(ws_fp8_v16_contiguous=False, ws_block_n=128, ws_fp8_p_per_tile=True)
     monkeypatch.setenv("TRITONFA_CONFIG", _ws_fp8_config(**config))
     inputs = _fp8_batch(128, torch.float8_e4m3fn, use_seqused_k=True)
     constexprs = _constexprs(inputs, window_right=0 if causal else -1)
-    assert constexprs["CONSUMERS"] == consumers and constexprs["P_SMEM"] == (2 if p_smem == "serial" else p_smem)
+    assert constexprs["CONSUMERS"] == consumers and constexprs["P_SMEM"] == bool(p_smem)
+    assert constexprs["PINGPONG"] == (2 if serial else 1)
     assert not causal or (constexprs["BLOCK_N"] == 128 and constexprs["P_PER_TILE"] and constexprs["P_SCALE_LOG2"])
     descales = {name: fp8_descale("per_head", inputs.batch, inputs.num_kv_heads)
                 for name in ("q_descale", "k_descale", "v_descale")}  # fmt: skip

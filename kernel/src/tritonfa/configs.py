@@ -169,10 +169,14 @@ class AttentionConfig:
     # free: three consumer warpgroups (160 registers) with 128-key blocks at D 128. H100, session 37: with three
     # consumers and one-level fp8 P@V, fp8 b4x4096 non-causal -12.0% (8/8 rounds) but error 2.49e-2 against 2.21e-2
     # (P at a fixed scale: `ws_fp8_p_per_tile` then needed two levels; since session 38 it does not, see
-    # `ws_fp8_three_consumers`). "serial": each block's P@V also done (added to O) before the next block's QK is
-    # issued, so its product and S never hold registers at once - a two-level fp8 P@V at three consumers without
-    # the 288 spill instructions of the pipelined form (the other warpgroups keep the tensor cores busy meanwhile)
-    ws_p_smem: bool | str = False
+    # `ws_fp8_three_consumers`)
+    ws_p_smem: bool = False
+    # Gluon prefill with ping-pong: each consumer warpgroup waits for a block's P@V (and adds it to O) before it
+    # issues the next block's QK, so the P@V's product (two-level fp8) or a 16-bit P in registers never holds
+    # registers beside S: with three consumers, the two-level fp8 P@V with P in shared memory has 0 spill
+    # instructions instead of 288, and 16-bit D 128 with P in registers fits 128-key blocks. A warpgroup's softmax
+    # then overlaps only the other warpgroups' matmuls. Opt-in (not yet measured)
+    ws_serial_pv: bool = False
     # Gluon prefill, fp8 q/k/v non-causal with contiguous K/V read key-major on the flat grid (D 128): three consumer
     # warpgroups, P through shared memory (`ws_p_smem`), the P@V chained in the MMA (one-level) with P per key block
     # (`ws_fp8_p_per_tile`), whatever `ws_consumers`, `ws_p_smem` and `ws_fp8_two_level` say for other calls. H100,

@@ -561,7 +561,7 @@ def _hopper_prefill_specs() -> list[dict[str, Any]]:
             head_dim, causal, 0, False, dtype, dtype, **{**schedule, "consumers": consumers, "two_level": two_level,
                                                           "p_smem": True, "p_per_tile": p_per_tile, "block_n": block_n}
         )  # fmt: skip
-        assert constexprs["P_SMEM"] is True and constexprs["CONSUMERS"] == consumers and not constexprs["PERSISTENT"]
+        assert constexprs["P_SMEM"] and constexprs["CONSUMERS"] == consumers and not constexprs["PERSISTENT"]
         assert constexprs["P_PER_TILE"] == p_per_tile and (not block_n or constexprs["BLOCK_N"] == block_n)
         suffix = " FP8" if dtype == fp8 else ""
         suffix += "" if two_level else " TWO_LEVEL=False"
@@ -569,21 +569,28 @@ def _hopper_prefill_specs() -> list[dict[str, Any]]:
         suffix += f" BLOCK_N={block_n}" if block_n else ""
         name = f"{fn.__name__}[hopper d{head_dim} CAUSAL={causal}{suffix} CONSUMERS={consumers} P_SMEM]"
         specs.append(dict(name=name, fn=fn, bound_args=args, constexprs=constexprs, options=options, gluon=True))
-    # P@V serial (`ws_p_smem` "serial"), three consumers: fp8 two-level (P per tile) and one-level at D 128, 16-bit
-    # D 64 causal
-    for head_dim, causal, dtype, two_level in (
-        (128, False, fp8, True),
-        (128, False, fp8, False),
-        (64, True, bf16, True),
+    # serial steps (config `ws_serial_pv`, PINGPONG 2), three consumers: P in shared memory, fp8 two-level (P per
+    # tile) and one-level at D 128 (non-causal; causal with key-major V in 128-key blocks) and 16-bit D 64 causal;
+    # P in registers, 16-bit D 128 on both masks
+    for head_dim, causal, dtype, two_level, p_smem, block_n in (
+        (128, False, fp8, True, True, 0),
+        (128, False, fp8, False, True, 0),
+        (128, True, fp8, True, True, 128),
+        (64, True, bf16, True, True, 0),
+        (128, False, bf16, True, False, 0),
+        (128, True, bf16, True, False, 0),
     ):
         fn, args, constexprs, options = _plan_prefill_option(
             head_dim, causal, 0, False, dtype, dtype, **{**schedule, "consumers": 3, "two_level": two_level,
-                                                          "p_smem": "serial", "p_per_tile": dtype == fp8}
+                                                          "p_smem": p_smem, "p_per_tile": dtype == fp8,
+                                                          "serial_pv": True, "block_n": block_n}
         )  # fmt: skip
-        assert constexprs["P_SMEM"] == 2 and constexprs["CONSUMERS"] == 3
+        assert constexprs["PINGPONG"] == 2 and constexprs["CONSUMERS"] == 3 and constexprs["P_SMEM"] == p_smem
         suffix = " FP8 P_PER_TILE" if dtype == fp8 else ""
         suffix += "" if two_level else " TWO_LEVEL=False"
-        name = f"{fn.__name__}[hopper d{head_dim} CAUSAL={causal}{suffix} CONSUMERS=3 P_SMEM=serial]"
+        suffix += f" BLOCK_N={block_n}" if block_n else ""
+        suffix += " P_SMEM" if p_smem else ""
+        name = f"{fn.__name__}[hopper d{head_dim} CAUSAL={causal}{suffix} CONSUMERS=3 SERIAL_PV]"
         specs.append(dict(name=name, fn=fn, bound_args=args, constexprs=constexprs, options=options, gluon=True))
     # `ws_fp8_three_consumers` with three K/V ring slots (config `ws_stages`; an A/B candidate: 172 KB)
     fn, args, constexprs, options = _plan_prefill_option(

@@ -1172,6 +1172,7 @@ def _plan_hopper_prefill(
         3 if fp8_three else config.ws_consumers,
         config.ws_p_smem or fp8_three,
         config.ws_softmax_fence,
+        config.ws_serial_pv,
     )  # fmt: skip
     return KernelLaunch(fn, grid, args, constexprs, options)
 

@@ -26,7 +26,8 @@ Schedule per program (one query tile of BLOCK_M = 128 rows of one q head), three
   block j: S_j = Q K_j^T (async) issued *before* O += P_{j-1} V_{j-1} (async); the softmax of S_j runs while that
   P@V is on the tensor cores; then O is rescaled. P stays in registers as the A operand of the P@V wgmma.
 - ping-pong (`PINGPONG`, FA3's schedule): the consumers take turns issuing their wgmmas, so one's softmax overlaps
-  the other's matmuls instead of both competing for the tensor cores at once.
+  the other's matmuls instead of both competing for the tensor cores at once. `PINGPONG` 2 (config `ws_serial_pv`):
+  each consumer also waits for its P@V before its next QK, leaving the overlap to the other warpgroups.
 Grid and tile order follow the portable kernel: `cu_seqlens_q[b] // BLOCK_M + b` tiles before sequence b, found
 by a wide search (many probes per dependent load); a sequence's last tiles (most keys under a causal mask) run
 first.
@@ -841,22 +842,31 @@ if HAS_GLUON:
                         MASKED: gl.constexpr, CAUSAL: gl.constexpr, s_layout: gl.constexpr, o_layout: gl.constexpr,
                         p_layout: gl.constexpr, WG: gl.constexpr, PINGPONG: gl.constexpr, V_KEY_MAJOR: gl.constexpr,
                         P_SCALE_LOG2: gl.constexpr, TWO_LEVEL: gl.constexpr, P_PER_TILE: gl.constexpr,
-                        ROW_SCALE: gl.constexpr, LEAN_SOFTMAX: gl.constexpr, b_l, p_smem,
+                        ROW_SCALE: gl.constexpr, LEAN_SOFTMAX: gl.constexpr, b_l, p_smem, P_SMEM: gl.constexpr,
                         V_FREE: gl.constexpr):  # fmt: skip
-        # _kv_step with P in shared memory, serial (P_SMEM 2): O += P_{j-1} V_{j-1} (issued in this warpgroup's turn,
-        # which passes on at once, and waited for), then S_j = Q K_j^T and its softmax; O is then moved to block j's
-        # reference (alpha) and P_j stored for the next step
+        # _kv_step, serial (PINGPONG 2): O += P_{j-1} V_{j-1} (issued in this warpgroup's turn, which passes on at
+        # once, and waited for), then S_j = Q K_j^T and its softmax; O is then moved to block j's reference (alpha)
+        # and P_j kept (registers) or stored (P_SMEM) for the next step. The P@V's product (two-level) or P and S
+        # never hold registers at once
         STAGES: gl.constexpr = k_bufs.type.shape[0]
         BLOCK_N: gl.constexpr = k_bufs.type.shape[1]
         _wait_turn(turns, turn0 + j, WG, PINGPONG)
         mbarrier.wait(v_ready.index(sp), ((it0 + j - 1) // STAGES) & 1)
-        o_tok, l_tok = _pv_issue(p_smem, _v_operand(v_bufs, sp, V_KEY_MAJOR), b_o, o_zero, p_layout, TWO_LEVEL,
-                                 LEAN_SOFTMAX, 0, 0, False, True)  # fmt: skip
-        _pass_turn(turns, WG, PINGPONG)
-        if TWO_LEVEL:
-            b_o = b_o + warpgroup_mma_wait(num_outstanding=0, deps=(o_tok,))
+        if P_SMEM:
+            p_src = p_smem
         else:
-            b_o = warpgroup_mma_wait(num_outstanding=0, deps=(o_tok,))
+            p_src = p_prev
+        o_tok, l_tok = _pv_issue(p_src, _v_operand(v_bufs, sp, V_KEY_MAJOR), b_o, o_zero, p_layout, TWO_LEVEL,
+                                 LEAN_SOFTMAX, 0, 0, False, P_SMEM)  # fmt: skip
+        _pass_turn(turns, WG, PINGPONG)
+        if V_KEY_MAJOR or P_SMEM:  # (as _kv_step: an fp8 operand is made in _pv_issue, P_SMEM has none)
+            b_pv = warpgroup_mma_wait(num_outstanding=0, deps=(o_tok,))
+        else:  # a 16-bit P in registers is kept until its P@V is done
+            b_pv, p_prev = warpgroup_mma_wait(num_outstanding=0, deps=(o_tok, p_prev))
+        if TWO_LEVEL:
+            b_o = b_o + b_pv
+        else:
+            b_o = b_pv
         mbarrier.arrive(kv_empty.index(V_FREE + sp), count=1)
         mbarrier.wait(k_ready.index(s), ((it0 + j) // STAGES) & 1)
         s_tok = warpgroup_mma(q_smem, k_bufs.index(s).permute((1, 0)), s_zero, use_acc=False, is_async=True)
@@ -866,8 +876,12 @@ if HAS_GLUON:
                                                     qk_scale, MASKED, CAUSAL, BLOCK_N, s_layout, ROW_SCALE,
                                                     P_SCALE_LOG2, P_PER_TILE, LEAN_SOFTMAX, True, m_ref)  # fmt: skip
         b_o = b_o * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
-        _p_store(_p_narrow(b_p, v_bufs.dtype), p_smem)
-        return b_o, m_i, l_i, p_prev, m_ref, b_l
+        if P_SMEM:
+            _p_store(_p_narrow(b_p, v_bufs.dtype), p_smem)
+            p_next = p_prev
+        else:
+            p_next = _to_p(b_p, v_bufs.dtype, p_layout, LEAN_SOFTMAX)
+        return b_o, m_i, l_i, p_next, m_ref, b_l
 
     @gluon.jit
     def _kv_step(j, it0, turn0, q_smem, k_bufs, v_bufs, k_ready, v_ready, kv_empty, turns, s_zero,
@@ -882,20 +896,19 @@ if HAS_GLUON:
         # K/V blocks and wgmma turns this warpgroup has used before this tile (ring slots and phases go on).
         # ROW_SUM_MMA (two-level fp8 P@V): l as b_l [BM, ROW_SUM_COLS], P_{j-1} @ ones issued after its P@V (_pv_issue)
         # P_SMEM: P goes through p_smem (written once P_{j-1}'s P@V is done); p_prev is an unused placeholder.
-        # P_SMEM 2 (serial): P_{j-1} V_{j-1} is issued first and waited for (added to O) before S_j is issued, so its
-        # product and S_j never hold registers at once: a two-level P@V fits three consumer warpgroups' 160 registers,
-        # and the other warpgroups' matmuls fill the tensor cores while this one waits.
+        # PINGPONG 2 (serial, _kv_step_serial): P_{j-1} V_{j-1} is issued first and waited for before S_j is issued,
+        # so the registers of one never wait beside the other's: three consumer warpgroups' 160 registers hold a
+        # two-level fp8 P@V or a 16-bit P, while the other warpgroups' matmuls fill the tensor cores.
         STAGES: gl.constexpr = k_bufs.type.shape[0]
         BLOCK_N: gl.constexpr = k_bufs.type.shape[1]
         V_FREE: gl.constexpr = kv_empty.type.shape[0] - STAGES  # where V's hand-backs start (see _release_k)
-        SERIAL: gl.constexpr = P_SMEM == 2
         s = (it0 + j) % STAGES
         sp = (it0 + j - 1) % STAGES
-        if SERIAL:
+        if PINGPONG == 2:
             return _kv_step_serial(j, it0, turn0, s, sp, q_smem, k_bufs, v_bufs, k_ready, v_ready, kv_empty, turns,
                                    s_zero, o_zero, b_o, m_i, l_i, p_prev, m_ref, key_shift, q_pos, seq_k_len, diagonal,
                                    qk_scale, MASKED, CAUSAL, s_layout, o_layout, p_layout, WG, PINGPONG, V_KEY_MAJOR,
-                                   P_SCALE_LOG2, TWO_LEVEL, P_PER_TILE, ROW_SCALE, LEAN_SOFTMAX, b_l, p_smem,
+                                   P_SCALE_LOG2, TWO_LEVEL, P_PER_TILE, ROW_SCALE, LEAN_SOFTMAX, b_l, p_smem, P_SMEM,
                                    V_FREE)  # fmt: skip
         mbarrier.wait(k_ready.index(s), ((it0 + j) // STAGES) & 1)
         _wait_turn(turns, turn0 + j, WG, PINGPONG)
@@ -1983,8 +1996,8 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
                         early_k_release: bool = False, lean_softmax: bool = False,
                         fp8_p_one_rounding: bool = False, dynamic: bool = False, dynamic_tail: int = 0,
                         uniform_ticket: bool = False, producer_regs: int = 0,
-                        fp8_row_sum_mma: bool = False, consumers: int = 2, p_smem: bool | str = False,
-                        softmax_fence: bool = False):  # fmt: skip
+                        fp8_row_sum_mma: bool = False, consumers: int = 2, p_smem: bool = False,
+                        softmax_fence: bool = False, serial_pv: bool = False):  # fmt: skip
     """(kernel, grid, args, constexprs, options) of one warp-specialized prefill launch; `supports` must hold.
 
     fp8 K/V: V is read from its key-major copy (`key_major_v`, made here); quantize_q rounds a 16-bit q to K's fp8
@@ -2008,8 +2021,9 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
     fp8_row_sum_mma (flat grid, two-level fp8 P@V): P's row sums from a wgmma of P and ones, not the CUDA cores.
     consumers: 3, three consumer warpgroups on 192-row tiles (a third softmax in flight while the tensor cores run
     the other two's matmuls) where the flat grid loads contiguous K/V through TMA at D <= 128; else two (128 rows).
-    p_smem (flat grid, not fp8_row_sum_mma): P reaches its P@V through shared memory instead of registers;
-    "serial": and each block's P@V is waited for before the next block's QK is issued.
+    p_smem (flat grid, not fp8_row_sum_mma): P reaches its P@V through shared memory instead of registers.
+    serial_pv (with pingpong, not fp8_row_sum_mma): each block's P@V is waited for before the next block's QK is
+    issued (its product or P and S never hold registers at once).
     softmax_fence: each block's P@V waited for after its softmax's exponentials (ptxas moves the wait before them).
     """
     total_q, num_q_heads, valid_d = q.shape
@@ -2118,11 +2132,12 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
     # three warpgroups' 16-bit P tiles do not fit beside their Q and two K/V stages at D 128 (254 KB; fp8: 139 KB)
     p_smem_flat = p_smem and persistent_programs == 0 and not (three and v.element_size() == 2 and head_dim > 64)
     row_sum_mma = fp8_row_sum_mma and fp8 and not widened_v and two_level and not p_per_tile and not persistent_programs
-    row_sum_mma = row_sum_mma and not p_smem_flat
+    row_sum_mma = row_sum_mma and not p_smem_flat and not serial_pv
     constexprs = dict(
         GROUP=num_q_heads // num_kv_heads,
         CAUSAL=causal,
-        PINGPONG=pingpong,
+        # 2: ping-pong with serial steps (each block's P@V done before the next QK is issued, _kv_step_serial)
+        PINGPONG=2 if pingpong and serial_pv else pingpong,
         RETURN_LSE=lse is not None,
         PAGED=paged,
         PAGE_SIZE=page_size,
@@ -2158,8 +2173,7 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
         TMA_PRODUCER_REGS=producer_regs or getattr(PERSISTENT_PRODUCER_REGS, "value", PERSISTENT_PRODUCER_REGS),
         ROW_SUM_MMA=row_sum_mma,
         CONSUMERS=3 if three else 2,
-        # 2: serial (each block's P@V done before the next QK is issued, _kv_step_serial)
-        P_SMEM=(2 if p_smem == "serial" else True) if p_smem_flat else False,
+        P_SMEM=p_smem_flat,
         SOFTMAX_FENCE=softmax_fence,
     )
     return attention_fwd_hopper_kernel, grid, args, constexprs, {"num_warps": NUM_WARPS}
