@@ -592,6 +592,11 @@ def _hopper_prefill_specs() -> list[dict[str, Any]]:
         suffix += " P_SMEM" if p_smem else ""
         name = f"{fn.__name__}[hopper d{head_dim} CAUSAL={causal}{suffix} CONSUMERS=3 SERIAL_PV]"
         specs.append(dict(name=name, fn=fn, bound_args=args, constexprs=constexprs, options=options, gluon=True))
+    # and on the persistent grid (two consumers, P in registers), 16-bit D 128 causal
+    fn, args, constexprs, options = _plan_prefill_option(128, True, 132, False, bf16, bf16, **schedule, serial_pv=True)
+    assert constexprs["PINGPONG"] == 2 and constexprs["PERSISTENT"]
+    name = f"{fn.__name__}[hopper d128 CAUSAL=True PERSISTENT SERIAL_PV]"
+    specs.append(dict(name=name, fn=fn, bound_args=args, constexprs=constexprs, options=options, gluon=True))
     # `ws_fp8_three_consumers` with three K/V ring slots (config `ws_stages`; an A/B candidate: 172 KB)
     fn, args, constexprs, options = _plan_prefill_option(
         128, False, 0, False, fp8, fp8, **{**schedule, "consumers": 3, "two_level": False, "p_smem": True,
