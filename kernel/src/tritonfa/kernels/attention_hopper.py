@@ -837,6 +837,20 @@ if HAS_GLUON:
         return tok, l_tok
 
     @gluon.jit
+    def _pv_issue_prev(j, it0, sp, v_bufs, v_ready, p_prev, p_smem, b_o, o_zero, p_layout: gl.constexpr,
+                       V_KEY_MAJOR: gl.constexpr, TWO_LEVEL: gl.constexpr, LEAN_SOFTMAX: gl.constexpr, ones_smem,
+                       l_zero, ROW_SUM_MMA: gl.constexpr, P_SMEM: gl.constexpr):  # fmt: skip
+        # _pv_issue of P_{j-1} V_{j-1} once V_{j-1} is in ring slot sp; P from registers (p_prev) or p_smem
+        STAGES: gl.constexpr = v_bufs.type.shape[0]
+        mbarrier.wait(v_ready.index(sp), ((it0 + j - 1) // STAGES) & 1)
+        if P_SMEM:
+            p_src = p_smem
+        else:
+            p_src = p_prev
+        return _pv_issue(p_src, _v_operand(v_bufs, sp, V_KEY_MAJOR), b_o, o_zero, p_layout, TWO_LEVEL, LEAN_SOFTMAX,
+                         ones_smem, l_zero, ROW_SUM_MMA, P_SMEM)  # fmt: skip
+
+    @gluon.jit
     def _kv_step_serial(j, it0, turn0, s, sp, q_smem, k_bufs, v_bufs, k_ready, v_ready, kv_empty, turns, s_zero,
                         o_zero, b_o, m_i, l_i, p_prev, m_ref, key_shift, q_pos, seq_k_len, diagonal, qk_scale,
                         MASKED: gl.constexpr, CAUSAL: gl.constexpr, s_layout: gl.constexpr, o_layout: gl.constexpr,
@@ -851,13 +865,8 @@ if HAS_GLUON:
         STAGES: gl.constexpr = k_bufs.type.shape[0]
         BLOCK_N: gl.constexpr = k_bufs.type.shape[1]
         _wait_turn(turns, turn0 + j, WG, PINGPONG)
-        mbarrier.wait(v_ready.index(sp), ((it0 + j - 1) // STAGES) & 1)
-        if P_SMEM:
-            p_src = p_smem
-        else:
-            p_src = p_prev
-        o_tok, l_tok = _pv_issue(p_src, _v_operand(v_bufs, sp, V_KEY_MAJOR), b_o, o_zero, p_layout, TWO_LEVEL,
-                                 LEAN_SOFTMAX, 0, 0, False, P_SMEM)  # fmt: skip
+        o_tok, l_tok = _pv_issue_prev(j, it0, sp, v_bufs, v_ready, p_prev, p_smem, b_o, o_zero, p_layout,
+                                      V_KEY_MAJOR, TWO_LEVEL, LEAN_SOFTMAX, 0, 0, False, P_SMEM)  # fmt: skip
         _pass_turn(turns, WG, PINGPONG)
         if V_KEY_MAJOR or P_SMEM:  # (as _kv_step: an fp8 operand is made in _pv_issue, P_SMEM has none)
             b_pv = warpgroup_mma_wait(num_outstanding=0, deps=(o_tok,))
@@ -913,13 +922,9 @@ if HAS_GLUON:
         mbarrier.wait(k_ready.index(s), ((it0 + j) // STAGES) & 1)
         _wait_turn(turns, turn0 + j, WG, PINGPONG)
         s_tok = warpgroup_mma(q_smem, k_bufs.index(s).permute((1, 0)), s_zero, use_acc=False, is_async=True)
-        mbarrier.wait(v_ready.index(sp), ((it0 + j - 1) // STAGES) & 1)
-        if P_SMEM:
-            p_src = p_smem
-        else:
-            p_src = p_prev
-        o_tok, l_tok = _pv_issue(p_src, _v_operand(v_bufs, sp, V_KEY_MAJOR), b_o, o_zero, p_layout, TWO_LEVEL,
-                                 LEAN_SOFTMAX, ones_smem, l_zero, ROW_SUM_MMA, P_SMEM)  # fmt: skip
+        o_tok, l_tok = _pv_issue_prev(j, it0, sp, v_bufs, v_ready, p_prev, p_smem, b_o, o_zero, p_layout,
+                                      V_KEY_MAJOR, TWO_LEVEL, LEAN_SOFTMAX, ones_smem, l_zero, ROW_SUM_MMA,
+                                      P_SMEM)  # fmt: skip
         _pass_turn(turns, WG, PINGPONG)
         b_s = warpgroup_mma_wait(num_outstanding=2 if ROW_SUM_MMA else 1, deps=(s_tok,))
         _release_k(kv_empty, s, STAGES)
