@@ -1153,7 +1153,16 @@ def test_warp_specialized_fp8_three_consumers_option_matches_reference(monkeypat
 
 
 @pytest.mark.skipif(not (ON_HOPPER and attention_hopper.HAS_GLUON), reason="Gluon kernels run on a Hopper GPU only")
-@pytest.mark.parametrize("three_consumers", [False, True, "serial"])
+@pytest.mark.parametrize(
+    "three_consumers",
+    [
+        False,
+        # opt-in: the interpreter's model of the accumulator predicts a mean 2.3% low (PERF_NOTES, session 38); the
+        # GPU run decides whether ws_fp8_three_consumers may become the default (ws-tests runs it with --runxfail)
+        pytest.param(True, marks=pytest.mark.xfail(reason="one-level fp8 P@V over 32k keys (predicted)")),
+        "serial",
+    ],
+)
 def test_warp_specialized_fp8_long_context_keeps_its_magnitude(monkeypatch, three_consumers):
     """fp8 q/k/v non-causal over 32k keys with V of mean 1. Hopper's fp8 MMA keeps 13 mantissa bits of the
     accumulator it adds into (tests/kernel/test_fp8_accumulation.py), so an output chained through every block's
