@@ -43,6 +43,8 @@
 #                          pages, session 29) comes from; RESULTS_DIR/fault_probe{,.log}
 #   row-sum-probe          kernel/scripts/row_sum_probe.py: `ws_fp8_row_sum_mma`'s wgmma alone and the prefill's l
 #                          (row_sum_probe.log)
+#   long-context           kernel/scripts/fp8_long_context.py: fp8 non-causal over 4k-32k keys, the output's mean and
+#                          error against float64 per variant (one- vs two-level P@V; LONG_CONTEXT_VARIANTS)
 #   fp8-study              the fp8 error study on the GPU (accuracy/fp8_error_study.py --device cuda): its log and
 #                          fp8_error_table.{md,json} into RESULTS_DIR (exit status in fp8_study.rc)
 #   mask-cost              bounds on vs off (kernel/scripts/mask_cost.py, MASK_COST_ROUNDS rounds, default 3;
@@ -186,6 +188,9 @@ train_model() {  # the model into its folder unless it is there; its train_info.
           tee "$out/fault_probe.log" | tail -n 20 ;;
       row-sum-probe)  # ws_fp8_row_sum_mma: its wgmma alone (N 8 / 16) and the prefill's l (row_sum_probe.py)
         timeout -s KILL 300 python3 kernel/scripts/row_sum_probe.py 2>&1 | tee "$out/row_sum_probe.log" | tail -n 20 ;;
+      long-context)  # LONG_CONTEXT_VARIANTS: variants.py names (default: the script's)
+        timeout -s KILL 600 python3 kernel/scripts/fp8_long_context.py --out "$out" \
+          ${LONG_CONTEXT_VARIANTS:+--variants "$LONG_CONTEXT_VARIANTS"} 2>&1 | tee "$out/fp8_long_context.log" | tail -n 12 ;;
       fp8-study)
         timeout -s KILL 600 python3 accuracy/fp8_error_study.py --device cuda --out-dir "$out" 2>&1 |
           tee "$out/fp8_study.log" | tail -n 12
