@@ -184,7 +184,7 @@ class AttentionConfig:
     # 2.211e-2 at 4k keys. Opt-in: one-level chains O through every fp8 P@V, whose accumulator Hopper keeps to 13
     # mantissa bits (SEMANTICS.md: the two-level fix issue 11 asks to keep; the interpreter's model of it puts this
     # form's mean output 2.3% low at 32k keys, two levels 0.07%), until the GPU long-context test
-    # (`test_warp_specialized_fp8_long_context_keeps_its_magnitude`, `kernel/scripts/fp8_long_context.py`) says otherwise
+    # (`test_warp_specialized_fp8_long_context_keeps_its_magnitude`, kernel/scripts/fp8_long_context.py) says not
     ws_fp8_three_consumers: bool = False
     # Gluon prefill: each block's P@V waited for after the softmax's exponentials. ptxas schedules the wait right
     # after the row max (sm_90 SASS, every Gluon prefill: a wgmma wait goes as early as its basic block allows), so a
