@@ -88,6 +88,8 @@ PREFILL_VARIANTS = {
     "ws-three-consumers": {"ws_consumers": 3, "ws_persistent": False, "ws_fp8_three_consumers": False},
     # fp8 q/k/v non-causal: three consumer warpgroups, P per key block through shared memory, one-level P@V
     "ws-fp8-three-consumers": {"ws_fp8_three_consumers": True},
+    # fp8 q/k/v non-causal on two consumers (the default before session 39)
+    "ws-fp8-two-consumers": {"ws_fp8_three_consumers": False},
     # with three K/V ring slots instead of two (172 KB of shared memory)
     "ws-fp8-three-consumers-stages-3": {"ws_fp8_three_consumers": True, "ws_stages": 3},
     # fp8 q/k/v causal as ws-fp8-three-consumers runs non-causal (three consumers, P per key block through shared

@@ -178,13 +178,12 @@ class AttentionConfig:
     # then overlaps only the other warpgroups' matmuls. Opt-in (not yet measured)
     ws_serial_pv: bool = False
     # Gluon prefill, fp8 q/k/v non-causal with contiguous K/V read key-major on the flat grid (D 128): three consumer
-    # warpgroups, P through shared memory (`ws_p_smem`), the P@V chained in the MMA (one-level) with P per key block
-    # (`ws_fp8_p_per_tile`), whatever `ws_consumers`, `ws_p_smem` and `ws_fp8_two_level` say for other calls. H100,
-    # session 38: fp8 b4x4096 non-causal -11.7% mean over 8 pairs, 8/8 (default-again -0.8%), error 2.218e-2 against
-    # 2.211e-2 at 4k keys. Opt-in: one-level chains O through every fp8 P@V, whose accumulator Hopper keeps to 13
-    # mantissa bits (SEMANTICS.md: the two-level fix issue 11 asks to keep; the interpreter's model of it puts this
-    # form's mean output 2.3% low at 32k keys, two levels 0.07%), until the GPU long-context test
-    # (`test_warp_specialized_fp8_long_context_keeps_its_magnitude`, kernel/scripts/fp8_long_context.py) says not
+    # warpgroups, P through shared memory (`ws_p_smem`), serial steps (`ws_serial_pv`) with the two-level P@V, whatever
+    # `ws_consumers`, `ws_p_smem` and `ws_serial_pv` say for other calls. H100, session 39: fp8 b4x4096 non-causal
+    # -2.7% mean / -3.5% median over 8 pairs, 7/8 (default-again +0.0%), mean output at 32k keys 0.9986 of the
+    # reference's as the default's. Its first form chained P@V in the MMA (one-level; -10..-12%) and lost the
+    # output's magnitude on the GPU: mean 0.928 / 0.855 / 0.602 of the reference's at 4k / 8k / 32k keys
+    # (kernel/scripts/fp8_long_context.py; Hopper's fp8 MMA keeps 13 mantissa bits of what it adds into)
     ws_fp8_three_consumers: bool = False
     # Gluon prefill: each block's P@V waited for after the softmax's exponentials. ptxas schedules the wait right
     # after the row max (sm_90 SASS, every Gluon prefill: a wgmma wait goes as early as its basic block allows), so a
@@ -269,6 +268,7 @@ _HOPPER_PREFILL = dict(
     ws_lean_softmax=True,
     ws_fp8_p_one_rounding=True,
     ws_fp8_p_per_tile=True,
+    ws_fp8_three_consumers=True,
     ws_dynamic="causal",
     ws_dynamic_tail=4,
     mixed_pdl=True,

@@ -1149,14 +1149,14 @@ def _plan_hopper_prefill(
                              v16_contiguous=v16_contiguous)
         else 0
     )  # fmt: skip
-    # fp8 q/k/v non-causal, contiguous, key-major V, flat grid: three consumers, P in shared memory, one-level P@V
-    # (config `ws_fp8_three_consumers`)
+    # fp8 q/k/v non-causal, contiguous, key-major V, flat grid: three consumers, P in shared memory, serial steps
+    # with the two-level P@V (config `ws_fp8_three_consumers`)
     fp8_three = (config.ws_fp8_three_consumers and is_fp8(q.dtype) and is_fp8(k.dtype) and not causal
                  and block_table is None and not v16_contiguous and programs == 0 and q.shape[-1] <= 128)  # fmt: skip
     fn, grid, args, constexprs, options = attention_hopper.plan_hopper_prefill(
         q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, softmax_scale, causal, seq_filter,
         DECODE_MAX_SEQLEN_Q, config.ws_pingpong, q_descale, k_descale, v_descale, quantize_q,
-        config.ws_fp8_two_level and not fp8_three, config.ws_stages, config.ws_paged_tma, programs,
+        config.ws_fp8_two_level, config.ws_stages, config.ws_paged_tma, programs,
         config.ws_block_n,
         config.ws_fp8_paged_v16,
         v16_contiguous,
@@ -1172,7 +1172,7 @@ def _plan_hopper_prefill(
         3 if fp8_three else config.ws_consumers,
         config.ws_p_smem or fp8_three,
         config.ws_softmax_fence,
-        config.ws_serial_pv,
+        config.ws_serial_pv or fp8_three,
     )  # fmt: skip
     return KernelLaunch(fn, grid, args, constexprs, options)
 
