@@ -1173,8 +1173,13 @@ def test_warp_specialized_fp8_long_context_keeps_its_magnitude(monkeypatch, form
     config = {
         "two-consumers": {"ws_fp8_three_consumers": False},
         "three-consumers": {},
-        "one-level": {"ws_consumers": 3, "ws_persistent": False, "ws_p_smem": True, "ws_fp8_two_level": False,
-                      "ws_fp8_three_consumers": False},
+        "one-level": {
+            "ws_consumers": 3,
+            "ws_persistent": False,
+            "ws_p_smem": True,
+            "ws_fp8_two_level": False,
+            "ws_fp8_three_consumers": False,
+        },
     }[form]
     monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": config}))
     fp8 = torch.float8_e4m3fn
