@@ -86,9 +86,10 @@ PREFILL_VARIANTS = {
     # three consumer warpgroups on 192-row tiles (flat grid, TMA loads): fp8 non-causal is flat already; the 16-bit
     # and causal launches with the persistent grid off
     "ws-three-consumers": {"ws_consumers": 3, "ws_persistent": False, "ws_fp8_three_consumers": False},
-    # fp8 q/k/v non-causal: three consumer warpgroups, P per key block through shared memory, one-level P@V
+    # fp8 q/k/v non-causal: three consumer warpgroups, P per key block through shared memory, serial steps, two-level
+    # P@V (its one-level first form is ws-three-consumers-p-smem-one-level)
     "ws-fp8-three-consumers": {"ws_fp8_three_consumers": True},
-    # fp8 q/k/v non-causal on two consumers (the default before session 39)
+    # fp8 q/k/v non-causal on two consumers (the default; beside a default that turns ws_fp8_three_consumers on)
     "ws-fp8-two-consumers": {"ws_fp8_three_consumers": False},
     # with three K/V ring slots instead of two (172 KB of shared memory)
     "ws-fp8-three-consumers-stages-3": {"ws_fp8_three_consumers": True, "ws_stages": 3},

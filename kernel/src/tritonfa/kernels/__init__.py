@@ -549,8 +549,8 @@ def _hopper_prefill_specs() -> list[dict[str, Any]]:
         specs.append(dict(name=name, fn=fn, bound_args=args, constexprs=constexprs, options=options, gluon=True))
     # P through shared memory (config `ws_p_smem`), flat grid: three consumer warpgroups with 128-key blocks (fp8
     # one- and two-level at D 128, 16-bit at D 64 on both masks) and two (fp8, 16-bit causal, D 128); fp8 one-level
-    # with P per key block is config `ws_fp8_three_consumers`; the same causal with key-major V in 128-key blocks
-    # (fp8 causal widens V by default; an A/B candidate)
+    # with P per key block (`ws_fp8_three_consumers`' first form: it loses the output's magnitude over long key
+    # ranges); the same causal with key-major V in 128-key blocks (fp8 causal widens V by default; an A/B candidate)
     for head_dim, consumers, causal, dtype, two_level, p_per_tile, block_n in (
         (128, 3, False, fp8, False, False, 0), (128, 3, False, fp8, True, False, 0),
         (64, 3, False, bf16, True, False, 0), (64, 3, True, bf16, True, False, 0),
@@ -570,8 +570,8 @@ def _hopper_prefill_specs() -> list[dict[str, Any]]:
         name = f"{fn.__name__}[hopper d{head_dim} CAUSAL={causal}{suffix} CONSUMERS={consumers} P_SMEM]"
         specs.append(dict(name=name, fn=fn, bound_args=args, constexprs=constexprs, options=options, gluon=True))
     # serial steps (config `ws_serial_pv`, PINGPONG 2), three consumers: P in shared memory, fp8 two-level (P per
-    # tile) and one-level at D 128 (non-causal; causal with key-major V in 128-key blocks) and 16-bit D 64 causal;
-    # P in registers, 16-bit D 128 on both masks
+    # tile: config `ws_fp8_three_consumers`) and one-level at D 128 (non-causal; causal with key-major V in 128-key
+    # blocks) and 16-bit D 64 causal; P in registers, 16-bit D 128 on both masks
     for head_dim, causal, dtype, two_level, p_smem, block_n in (
         (128, False, fp8, True, True, 0),
         (128, False, fp8, False, True, 0),
@@ -597,7 +597,7 @@ def _hopper_prefill_specs() -> list[dict[str, Any]]:
     assert constexprs["PINGPONG"] == 2 and constexprs["PERSISTENT"]
     name = f"{fn.__name__}[hopper d128 CAUSAL=True PERSISTENT SERIAL_PV]"
     specs.append(dict(name=name, fn=fn, bound_args=args, constexprs=constexprs, options=options, gluon=True))
-    # `ws_fp8_three_consumers` with three K/V ring slots (config `ws_stages`; an A/B candidate: 172 KB)
+    # the one-level three-consumer form with three K/V ring slots (config `ws_stages`; 172 KB)
     fn, args, constexprs, options = _plan_prefill_option(
         128, False, 0, False, fp8, fp8, **{**schedule, "consumers": 3, "two_level": False, "p_smem": True,
                                             "p_per_tile": True, "stages": 3}
