@@ -107,6 +107,13 @@ PREFILL_VARIANTS = {
         "ws_fp8_v16_contiguous": False,
         "ws_block_n": 128,
     },
+    # causal fp8 with V read key-major (fp8 P@V, P per key block, two levels) on the default two consumers: on the
+    # default grid and on the flat one; beside ws-fp8-v16-contiguous-flat (V widened, flat grid) they separate the
+    # grid from the V format in ws-fp8-causal-three's +28% (session 39)
+    "ws-fp8-causal-key-major": {"ws_fp8_v16_contiguous": False},
+    "ws-fp8-causal-key-major-flat": {"ws_fp8_v16_contiguous": False, "ws_persistent": False},
+    # the flat one in 128-key blocks (tiles_for picks 64 for key-major fp8 V; 128 does not fit the persistent grid)
+    "ws-fp8-causal-key-major-flat-bn128": {"ws_fp8_v16_contiguous": False, "ws_persistent": False, "ws_block_n": 128},
     # with 64-key blocks (128-key blocks spill at D 128), and fp8 P@V chained in the MMA (one level)
     "ws-three-consumers-bn64": THREE_BN64,
     "ws-three-consumers-bn64-one-level": {**THREE_BN64, "ws_fp8_two_level": False},
@@ -263,6 +270,13 @@ for _name, _override in DECODE_VARIANTS.items():
             DECODE_VARIANTS[_name] = {**_KEYS_AS_ROWS_TILE, **_override}
         else:
             DECODE_VARIANTS[_name] = {"decode_keys_as_rows": False, **_override}
+# shapes for A/Bs only, not in the bench or asv's history: b8x2048 without the causal mask, so a causal workload's
+# cost can be split into its mask and its shorter key ranges (session 39: fp8 causal on key-major V runs at 60% of
+# its non-causal b4x4096 throughput, bf16 at 85%)
+DIAGNOSTIC_WORKLOADS = {
+    "prefill-b8x2048-noncausal": {},
+    "fp8-prefill-b8x2048-noncausal": {"q_dtype": "fp8_e4m3", "kv_dtype": "fp8_e4m3"},
+}
 PLANS = {
     "prefill": (
         [
@@ -278,6 +292,7 @@ PLANS = {
             "fp8kv-prefill-b8x2048-causal",
             "fp8kv-prefill-b8x2048-causal-paged",
             "fp8-prefill-b8x2048-causal-paged",
+            *DIAGNOSTIC_WORKLOADS,
         ],
         PREFILL_VARIANTS,
     ),
@@ -368,9 +383,11 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from tritonfa.bench import FULL_REPS, make_case, reference_check, run_impl
-    from tritonfa.bench.workloads import WORKLOADS
+    from tritonfa.bench.workloads import WORKLOADS, Workload
 
     by_name = {w.name: w for w in WORKLOADS}
+    for name, dtypes in DIAGNOSTIC_WORKLOADS.items():
+        by_name[name] = Workload(name, "prefill", seqlens_q=(2048,) * 8, seqlens_k=(2048,) * 8, causal=False, **dtypes)
     plans = sorted(PLANS) if args.plan == "all" else args.plan.split(",")
     only = [s for s in args.only.split(",") if s]
     wanted = [s for s in args.variants.split(",") if s]

@@ -400,7 +400,9 @@ def keys_as_rows_q_terms(inputs: AttnInputs) -> int:
 
 # the oracle's factor where P goes through fp8 (check_low_precision)
 FP8_P_ERROR_FACTOR = 2.5
-# Hopper's fp8 MMA (k = 32 per step) keeps 13 mantissa bits of its accumulator: each step may drop up to 2^-13 of it
+# Hopper's fp8 MMA (k = 32 per step) keeps 13 mantissa bits below its largest addend: a step's sum is cut by up to
+# 2^-13 of it (a bound for sums of like magnitudes; the interpreter's model cuts each product too, which a long
+# chain of small products into a large accumulator feels: tritonfa.interpreter_fixes._sm90_fp8_dot)
 FP8_MMA_K_STEP = 32
 FP8_MMA_RELATIVE_CUT = 2.0**-13
 

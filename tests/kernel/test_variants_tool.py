@@ -56,3 +56,13 @@ def test_rotated_rounds_put_every_run_in_every_place():
     fixed = tool.round_schedule(runs, 3, "fixed")
     assert [r for _, _, r in fixed] == runs * 3 and [p for _, p, _ in fixed] == [0, 1, 2, 3] * 3
     assert tool.round_schedule([], 3) == [] and len(tool.round_schedule(["default"], 0)) == 1
+
+
+def test_every_planned_workload_is_defined():
+    """A plan's workload with no definition would stop the run at its first round, on the GPU."""
+    from tritonfa.bench.workloads import WORKLOADS
+
+    known = {w.name for w in WORKLOADS} | set(tool.DIAGNOSTIC_WORKLOADS)
+    missing = [name for names, _ in tool.PLANS.values() for name in names if name not in known]
+    assert not missing
+    assert not set(tool.DIAGNOSTIC_WORKLOADS) & {w.name for w in WORKLOADS}, "a diagnostic shape shadows the bench's"

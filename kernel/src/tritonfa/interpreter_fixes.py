@@ -28,7 +28,7 @@ __all__ = ["patch_triton_interpreter", "sm90_fp8_accumulation"]
 
 _SM90_FP8 = {"on": False}
 SM90_FP8_K_STEP = 32  # K of one fp8 wgmma instruction
-SM90_FP8_DROPPED_BITS = 10  # of fp32's 23 mantissa bits, the accumulator keeps 13
+SM90_FP8_KEPT_BITS = 13  # mantissa bits kept below the largest addend's leading bit
 
 
 @contextlib.contextmanager
@@ -42,24 +42,41 @@ def sm90_fp8_accumulation(enabled: bool = True):
         _SM90_FP8["on"] = previous
 
 
-def _truncate_mantissa(x: torch.Tensor) -> torch.Tensor:
-    bits = x.contiguous().view(torch.int32)
-    return (bits & ~((1 << SM90_FP8_DROPPED_BITS) - 1)).view(torch.float32)
+def _truncate_below(x: torch.Tensor, ulp: torch.Tensor) -> torch.Tensor:
+    return torch.trunc(x / ulp) * ulp  # ulp a power of two: exact
+
+
+def _ulp_of_largest(x: torch.Tensor) -> torch.Tensor:
+    exponent = torch.floor(torch.log2(x.abs().clamp_min(torch.finfo(torch.float32).tiny)))
+    return torch.exp2(exponent - SM90_FP8_KEPT_BITS)
+
+
+def _aligned_step(acc: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """acc + a @ b as one 32-deep fp8 MMA step: the accumulator and every product are aligned to the largest of
+    them and cut to 13 bits below its leading bit, the aligned terms summed (exactly: they are multiples of one
+    power of two, 33 of them within fp32's 24 bits) and the sum cut to 13 bits."""
+    products = a.unsqueeze(-1) * b.unsqueeze(-3)  # [..., M, STEP, N], exact: fp8 x fp8 has 8 significant bits
+    ulp = _ulp_of_largest(torch.maximum(products.abs().amax(-2), acc.abs()))
+    total = _truncate_below(acc, ulp) + _truncate_below(products, ulp.unsqueeze(-2)).sum(-2)
+    return _truncate_below(total, _ulp_of_largest(total))
 
 
 def _sm90_fp8_dot(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, max_num_imprecise_acc: int) -> torch.Tensor:
-    """a @ b + c as Hopper runs an fp8 dot: each 32-deep MMA step adds into the accumulator, which keeps only 13
-    mantissa bits (the low 10 are cut, SageAttention2's measurement), so a sum chained through `c` loses precision
-    step after step. Triton's default on sm_90 (max_num_imprecise_acc = 2**30) never promotes; a positive value N
-    below K adds a fresh partial sum into an exact fp32 accumulator every N elements (the interpreter's own default
-    is 0: read as never, like sm_90)."""
+    """a @ b + c as Hopper runs an fp8 dot: each 32-deep MMA step adds its products into the accumulator with every
+    addend cut to 13 bits below the largest one's leading bit (`_aligned_step`), so a sum chained through `c` loses
+    each product's low bits once the accumulator outgrows them. The H100 (session 39, kernel/PERF_NOTES.md) shrank a
+    one-level P@V's output to 0.928 / 0.855 / 0.602 of the reference over 4k / 8k / 32k keys; this model replays
+    that arithmetic to 0.936 / 0.860 / 0.517 (the earlier model, 13 bits kept of the step's sum: 0.997 / 0.994 /
+    0.978). Triton's default on sm_90 (max_num_imprecise_acc = 2**30) never promotes; a positive value N below K
+    adds a fresh partial sum into an exact fp32 accumulator every N elements (the interpreter's own default is 0:
+    read as never, like sm_90)."""
     k = a.shape[-1]
     promote_every = max_num_imprecise_acc if 0 < max_num_imprecise_acc < k else None
     acc = c.clone()
     partial = torch.zeros_like(c) if promote_every else acc
     for start in range(0, k, SM90_FP8_K_STEP):
-        step = a[..., start : start + SM90_FP8_K_STEP] @ b[..., start : start + SM90_FP8_K_STEP, :]
-        partial = _truncate_mantissa(partial + step)
+        step = slice(start, start + SM90_FP8_K_STEP)
+        partial = _aligned_step(partial, a[..., step], b[..., step, :])
         if promote_every and ((start + SM90_FP8_K_STEP) % promote_every == 0 or start + SM90_FP8_K_STEP >= k):
             acc = acc + partial
             partial = torch.zeros_like(c)
