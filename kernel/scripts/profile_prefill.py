@@ -72,12 +72,12 @@ def find_ncu() -> str | None:
 def child(workload_name: str, impl: str = "tritonfa") -> None:
     """Three calls of tritonfa (or the bench's peer `impl`) on the bench's case (the third is the one ncu keeps)."""
     import torch
+    from variants import workloads_by_name  # the bench's workloads and variants.py's diagnostic shapes
 
     from tritonfa.bench import make_case
     from tritonfa.bench.peers import prepare
-    from tritonfa.bench.workloads import WORKLOADS as ALL
 
-    workload = next(w for w in ALL if w.name == workload_name)
+    workload = workloads_by_name()[workload_name]
     case = make_case(workload, torch.device("cuda"))
     run = prepare(impl, case).run
     for _ in range(3):
@@ -162,7 +162,8 @@ def raw_metrics(text: str) -> dict[str, float]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default=".", help="folder for the reports, CSVs and profile.md")
-    parser.add_argument("--only", default=",".join(WORKLOADS), help="comma-separated bench workload names")
+    parser.add_argument("--only", default=",".join(WORKLOADS),
+                        help="comma-separated: bench workloads, variants.py's diagnostic shapes")  # fmt: skip
     parser.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated variants.py prefill variants")
     parser.add_argument("--child", default="", help=argparse.SUPPRESS)
     parser.add_argument("--child-impl", default="tritonfa", help=argparse.SUPPRESS)

@@ -277,6 +277,18 @@ DIAGNOSTIC_WORKLOADS = {
     "prefill-b8x2048-noncausal": {},
     "fp8-prefill-b8x2048-noncausal": {"q_dtype": "fp8_e4m3", "kv_dtype": "fp8_e4m3"},
 }
+
+
+def workloads_by_name() -> dict:
+    """The bench's workloads and the diagnostic shapes above, by name."""
+    from tritonfa.bench.workloads import WORKLOADS, Workload
+
+    by_name = {w.name: w for w in WORKLOADS}
+    for name, dtypes in DIAGNOSTIC_WORKLOADS.items():
+        by_name[name] = Workload(name, "prefill", seqlens_q=(2048,) * 8, seqlens_k=(2048,) * 8, causal=False, **dtypes)
+    return by_name
+
+
 PLANS = {
     "prefill": (
         [
@@ -383,11 +395,8 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from tritonfa.bench import FULL_REPS, make_case, reference_check, run_impl
-    from tritonfa.bench.workloads import WORKLOADS, Workload
 
-    by_name = {w.name: w for w in WORKLOADS}
-    for name, dtypes in DIAGNOSTIC_WORKLOADS.items():
-        by_name[name] = Workload(name, "prefill", seqlens_q=(2048,) * 8, seqlens_k=(2048,) * 8, causal=False, **dtypes)
+    by_name = workloads_by_name()
     plans = sorted(PLANS) if args.plan == "all" else args.plan.split(",")
     only = [s for s in args.only.split(",") if s]
     wanted = [s for s in args.variants.split(",") if s]
