@@ -32,6 +32,7 @@ import argparse
 import json
 import math
 import os
+import random
 import re
 import subprocess
 import sys
@@ -55,6 +56,9 @@ MODES = {
 # the issue's targets: relative perplexity increase over bf16 (same backend)
 TARGETS = {"fp8kv": 0.005, "fp8qkv": 0.019}
 PPL_METRIC = "word_perplexity"
+# bootstrap intervals over documents (native engine): resamples, level, and a fixed seed so a table re-renders alike
+BOOTSTRAP_SAMPLES = 2000
+BOOTSTRAP_LEVEL = 0.95
 
 
 def unsupported(backend: str, mode: str, rocm: bool) -> str | None:
@@ -214,23 +218,26 @@ def run_native(args, model_args: dict) -> dict:
     model_config = getattr(engine, "model_config", None) or engine.vllm_config.model_config
     window = model_config.max_model_len
     metrics: dict[str, float] = {}
+    per_doc: dict[str, list] = {}  # per held-out document / line, for the bootstrap intervals (annotate)
     tasks = args.tasks.split(",")
     if "tritonfa_stdlib_ppl" in tasks:
         docs = [json.loads(line) for line in (HERE / "data" / "heldout_ppl.jsonl").read_text().splitlines()]
-        prompts = [
-            TokensPrompt(prompt_token_ids=window_ids)
-            for doc in docs
-            for window_ids in perplexity_windows(
-                tokenizer.encode(doc["text"], add_special_tokens=False), window, tokenizer.eos_token_id
-            )
-        ]
+        prompts, doc_of_prompt = [], []
+        for index, doc in enumerate(docs):
+            ids = tokenizer.encode(doc["text"], add_special_tokens=False)
+            for window_ids in perplexity_windows(ids, window, tokenizer.eos_token_id):
+                prompts.append(TokensPrompt(prompt_token_ids=window_ids))
+                doc_of_prompt.append(index)
         outputs = llm.generate(prompts, SamplingParams(max_tokens=1, prompt_logprobs=0, temperature=0.0))
-        loglik, tokens = 0.0, 0
-        for prompt, output in zip(prompts, outputs):
+        doc_loglik, tokens = [0.0] * len(docs), 0
+        for prompt, output, index in zip(prompts, outputs, doc_of_prompt):
             for token, entry in zip(prompt["prompt_token_ids"][1:], output.prompt_logprobs[1:]):
-                loglik += entry[token].logprob
+                doc_loglik[index] += entry[token].logprob
                 tokens += 1
-        words = sum(count_words(d["text"]) for d in docs)
+        loglik = sum(doc_loglik)
+        doc_words = [count_words(d["text"]) for d in docs]
+        per_doc["loglik"], per_doc["words"] = doc_loglik, doc_words
+        words = sum(doc_words)
         num_bytes = sum(len(d["text"].encode("utf-8")) for d in docs)
         metrics.update(
             {
@@ -245,10 +252,11 @@ def run_native(args, model_args: dict) -> dict:
         params = SamplingParams(max_tokens=48, temperature=0.0, stop=["\n"])
         outputs = llm.generate([s["prompt"] for s in samples], params)
         hits = [o.outputs[0].text.rstrip() == s["target"].rstrip() for s, o in zip(samples, outputs)]
+        per_doc["hits"] = [int(hit) for hit in hits]
         accuracy = sum(hits) / len(hits)
         metrics["tritonfa_stdlib_linecomp/exact_match"] = accuracy
         metrics["tritonfa_stdlib_linecomp/exact_match_stderr"] = math.sqrt(accuracy * (1 - accuracy) / len(hits))
-    return {"metrics": metrics, "backends_in_use": harness.backends_in_use(llm)}
+    return {"metrics": metrics, "per_doc": per_doc, "backends_in_use": harness.backends_in_use(llm)}
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -274,8 +282,40 @@ def primary_metric(metrics: dict) -> tuple[str, float] | None:
     return None
 
 
+def bootstrap_interval(statistic, count: int, samples: int = BOOTSTRAP_SAMPLES, seed: int = 0) -> list[float]:
+    """The BOOTSTRAP_LEVEL percentile interval of statistic(indices) over `samples` resamples (with replacement) of
+    range(count); one seed for every call, so two statistics over the same documents see the same resamples."""
+    rng = random.Random(seed)
+    values = sorted(statistic([rng.randrange(count) for _ in range(count)]) for _ in range(samples))
+    tail = (1 - BOOTSTRAP_LEVEL) / 2
+    return [values[int(tail * (samples - 1))], values[int(round((1 - tail) * (samples - 1)))]]
+
+
+def word_perplexity(per_doc: dict, indices) -> float:
+    return math.exp(-sum(per_doc["loglik"][i] for i in indices) / sum(per_doc["words"][i] for i in indices))
+
+
+def intervals(r: dict, base: dict | None) -> dict:
+    """Bootstrap intervals over documents from a native run's per-document numbers: word perplexity, exact match,
+    and (paired by document with the same model and backend in bf16) the relative perplexity change."""
+    per_doc, out = r.get("per_doc") or {}, {}
+    if per_doc.get("loglik"):
+        count = len(per_doc["loglik"])
+        out[PPL_METRIC] = bootstrap_interval(lambda ix: word_perplexity(per_doc, ix), count)
+        base_doc = (base or {}).get("per_doc") or {}
+        if base is not r and len(base_doc.get("loglik") or []) == count:
+            out["ppl_delta"] = bootstrap_interval(
+                lambda ix: word_perplexity(per_doc, ix) / word_perplexity(base_doc, ix) - 1, count
+            )
+    if per_doc.get("hits"):
+        hits = per_doc["hits"]
+        out["exact_match"] = bootstrap_interval(lambda ix: sum(hits[i] for i in ix) / len(ix), len(hits))
+    return out
+
+
 def annotate(results: list[dict]) -> None:
-    """Adds ppl_delta (vs the same model and backend in bf16) and target verdicts for the fp8 modes."""
+    """Adds ppl_delta (vs the same model and backend in bf16), target verdicts for the fp8 modes, and bootstrap
+    intervals where a run kept its per-document numbers."""
     for r in results:
         if "metrics" not in r:
             continue
@@ -291,6 +331,9 @@ def annotate(results: list[dict]) -> None:
             ),
             None,
         )
+        found = intervals(r, base)
+        if found:
+            r["intervals"] = found
         if own and base and primary_metric(base["metrics"]):
             delta = own[1] / primary_metric(base["metrics"])[1] - 1
             r["ppl_delta"] = delta
@@ -308,6 +351,7 @@ def table(results: list[dict]) -> tuple[list[str], list[list]]:
         *[k.split("/")[-1] + f" ({k.split('/')[0][-8:]})" for k in metric_keys],
         "ppl vs bf16",
         "target",
+        f"{100 * BOOTSTRAP_LEVEL:.0f}% intervals",
         "wall s",
     ]
     rows = []
@@ -315,7 +359,9 @@ def table(results: list[dict]) -> tuple[list[str], list[list]]:
         name = Path(str(r.get("model", "?"))).name
         if "metrics" not in r:
             note = f"skipped: {r['skipped']}" if "skipped" in r else r.get("error", "error")
-            rows.append([name, r.get("backend"), r.get("mode"), *["-"] * len(metric_keys), "-", note, r.get("wall_s")])
+            rows.append(
+                [name, r.get("backend"), r.get("mode"), *["-"] * len(metric_keys), "-", note, "-", r.get("wall_s")]
+            )
             continue
         verdict = "-"
         if "meets_target" in r:
@@ -329,10 +375,22 @@ def table(results: list[dict]) -> tuple[list[str], list[list]]:
                 *[r["metrics"].get(k) for k in metric_keys],
                 delta,
                 verdict,
+                describe_intervals(r.get("intervals") or {}),
                 r.get("wall_s"),
             ]
         )
     return header, rows
+
+
+def describe_intervals(found: dict) -> str:
+    parts = []
+    if PPL_METRIC in found:
+        parts.append(f"ppl {found[PPL_METRIC][0]:.2f}..{found[PPL_METRIC][1]:.2f}")
+    if "ppl_delta" in found:
+        parts.append(f"vs bf16 {100 * found['ppl_delta'][0]:+.2f}..{100 * found['ppl_delta'][1]:+.2f}%")
+    if "exact_match" in found:
+        parts.append(f"exact match {found['exact_match'][0]:.3f}..{found['exact_match'][1]:.3f}")
+    return "; ".join(parts) or "-"
 
 
 def seed_spread(results: list[dict]) -> list[str]:
@@ -420,7 +478,9 @@ def main_parent(args) -> int:
         "",
         f"ppl vs bf16 = {PPL_METRIC} relative to the same model and backend in bf16. Targets (issue 7): fp8 KV "
         f"<= +{100 * TARGETS['fp8kv']:.1f}%, fp8 q/k/v + P <= +{100 * TARGETS['fp8qkv']:.1f}%, CUSTOM bf16 = "
-        "FLASH_ATTN bf16 within run-to-run noise.",
+        "FLASH_ATTN bf16 within run-to-run noise. Intervals (native engine): bootstrap over the held-out documents "
+        f"and completion lines ({BOOTSTRAP_SAMPLES} resamples, percentile); the change against bf16 resamples both "
+        "runs' documents together (paired).",
         "",
         text,
         "",

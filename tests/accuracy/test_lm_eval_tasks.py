@@ -118,3 +118,41 @@ def test_perplexity_windows_fit_the_model_and_cover_each_token_once(num_tokens):
     assert all(w[0] == -1 and 2 <= len(w) <= 2047 for w in windows)
     assert [t for w in windows for t in w[1:]] == ids
     assert len(windows) == -(-num_tokens // 2046)
+
+
+def test_bootstrap_intervals_from_per_document_numbers():
+    """Native runs keep per-document log-likelihoods and words, and per-line hits: the table gets percentile
+    intervals on word perplexity and exact match, and on the change against bf16 paired by document (a constant
+    per-document shift comes out as a narrow interval around it, which unpaired intervals would swamp)."""
+    sys.path.insert(0, str(ACCURACY))
+    import run_lm_eval as runner
+
+    rng = random.Random(1)
+    words = [rng.randrange(50, 400) for _ in range(60)]
+    base_loglik = [-w * rng.uniform(5.0, 9.0) for w in words]  # documents of very different difficulty
+    shifted = [ll * 1.004 for ll in base_loglik]  # every document 0.4% more surprising (in log-likelihood)
+    hits = [int(rng.random() < 0.3) for _ in range(200)]
+
+    def result(mode, loglik):
+        ppl = runner.word_perplexity({"loglik": loglik, "words": words}, range(len(words)))
+        metrics = {"tritonfa_stdlib_ppl/word_perplexity": ppl, "tritonfa_stdlib_linecomp/exact_match": 0.3}
+        per_doc = {"loglik": loglik, "words": words, "hits": hits}
+        return {"model": "/m/tiny", "backend": "CUSTOM", "mode": mode, "metrics": metrics, "per_doc": per_doc}
+
+    results = [result("bf16", base_loglik), result("fp8kv", shifted), result("fp8qkv", base_loglik)]
+    runner.annotate(results)
+    base, fp8kv, same = (r["intervals"] for r in results)
+    ppl = results[0]["metrics"]["tritonfa_stdlib_ppl/word_perplexity"]
+    assert base[runner.PPL_METRIC][0] < ppl < base[runner.PPL_METRIC][1]
+    assert base[runner.PPL_METRIC][1] / base[runner.PPL_METRIC][0] > 1.05, "documents differ: a wide interval"
+    assert "ppl_delta" not in base, "bf16 against itself"
+    lo, hi = fp8kv["ppl_delta"]
+    assert lo <= results[1]["ppl_delta"] <= hi and hi - lo < 0.01, (lo, hi)
+    assert same["ppl_delta"] == [0.0, 0.0]
+    assert base["exact_match"][0] < sum(hits) / len(hits) < base["exact_match"][1]
+    assert runner.intervals(results[1], results[0]) == fp8kv, "the same resamples every time"
+    row = runner.table(results)[1][1]
+    assert "vs bf16 +" in row[-2] and "exact match" in row[-2]
+    no_docs = {"model": "/m/tiny", "backend": "CUSTOM", "mode": "bf16", "metrics": {"x/word_perplexity": 3.0}}
+    runner.annotate([no_docs])
+    assert "intervals" not in no_docs and runner.table([no_docs])[1][0][-2] == "-"
