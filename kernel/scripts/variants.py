@@ -124,6 +124,15 @@ PREFILL_VARIANTS = {
     # without spills; 16-bit D 128 at three consumers with P in registers and 128-key blocks
     "ws-three-consumers-p-smem-serial": {**THREE_P_SMEM, "ws_serial_pv": True},
     "ws-three-consumers-serial": {"ws_consumers": 3, "ws_persistent": False, "ws_serial_pv": True},
+    # masked blocks compare each score's key once, in inline PTX (session 39: fewer instructions per masked step)
+    "ws-mask-ptx": {"ws_mask_ptx": True},
+    "ws-fp8-causal-key-major-mask-ptx": {"ws_fp8_v16_contiguous": False, "ws_mask_ptx": True},
+    "ws-fp8-causal-key-major-flat-bn128-mask-ptx": {
+        "ws_fp8_v16_contiguous": False,
+        "ws_persistent": False,
+        "ws_block_n": 128,
+        "ws_mask_ptx": True,
+    },
     # each block's P@V waited for after the softmax's exponentials (ptxas puts that wait before them otherwise)
     "ws-softmax-fence": {"ws_softmax_fence": True},
     "ws-softmax-fence-one-level": {"ws_softmax_fence": True, "ws_fp8_two_level": False},

@@ -1548,3 +1548,59 @@ def test_warp_specialized_quantized_q_equals_the_fp8_q_call(monkeypatch, causal)
     fp8_inputs, bf16_inputs = _quantized_q_pair(128)
     assert _plan(bf16_inputs)[0] == WS and _plan(fp8_inputs)[0] == WS
     _assert_quantized_q_equals_the_fp8_q_call(fp8_inputs, bf16_inputs, causal)
+
+
+@pytest.mark.skipif(not attention_hopper.HAS_GLUON, reason="this triton has no Gluon")
+def test_mask_ptx_is_planned_where_configured(monkeypatch):
+    """`ws_mask_ptx` (opt-in): every Gluon prefill launch takes the one-compare mask when configured, none by
+    default."""
+    fp8 = torch.float8_e4m3fn
+    cases = [
+        make_inputs([300, 5], [300, 400], num_heads=(8, 2), head_size=128),
+        make_inputs([300, 5], [300, 400], num_heads=(8, 2), head_size=64),
+        make_inputs([300, 5], [300, 400], num_heads=(8, 2), head_size=128, dtype=fp8, kv_dtype=fp8),
+        make_inputs([300, 5], [300, 400], num_heads=(8, 2), head_size=128, kv_layout="paged", block_size=16),
+    ]
+    for inputs in cases:
+        for window_right in (0, -1):
+            assert not _constexprs(inputs, window_right=window_right)["MASK_PTX"], "off by default"
+    monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"ws_mask_ptx": True}}))
+    for inputs in cases:
+        for window_right in (0, -1):
+            launch = _launches(inputs, window_right=window_right)[0]
+            assert launch.fn.__name__ == WS and launch.constexprs["MASK_PTX"], window_right
+
+
+@pytest.mark.skipif(not (ON_HOPPER and attention_hopper.HAS_GLUON), reason="Gluon kernels run on a Hopper GPU only")
+@pytest.mark.parametrize("case", ["bf16", "bf16-d64", "bf16-paged", "fp8", "fp8-key-major", "fp8-key-major-seqused"])
+@pytest.mark.parametrize("causal", [True, False])
+def test_warp_specialized_mask_ptx_matches_reference(monkeypatch, case, causal):
+    """`ws_mask_ptx`: masked blocks compare each key once against its row's end in inline PTX. Against the reference:
+    the causal diagonal with more queries than keys (rows that see no key), a cached prefix, sequence ends inside a
+    block, an empty sequence, NaN keys past the sequences; fp8 with V key-major in causal calls too, whose key grid
+    starts on a 16-key group before a sequence (negative key positions, with seqused_k NaN there as well)."""
+    config = {"ws_mask_ptx": True}
+    if case.startswith("fp8-key-major"):
+        config.update(ws_fp8_v16_contiguous=False, ws_block_n=128, ws_persistent=False)
+    monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": config}))
+    if case.startswith("fp8"):
+        inputs = _fp8_batch(128, torch.float8_e4m3fn, use_seqused_k=case.endswith("seqused"))
+    else:
+        seqlens_q = [scaled(1, 1), 0, 127, 192, 193, 300, scaled(17, 1000), 77, 200]
+        seqlens_k = [scaled(1, 1), 5, 127, 192, 193, 200, scaled(17, 1000), 333, 450]
+        layout = dict(kv_layout="paged", block_size=16) if case == "bf16-paged" else {}
+        inputs = make_inputs(seqlens_q, seqlens_k, num_heads=(32, 8), head_size=64 if case == "bf16-d64" else 128,
+                             **layout)  # fmt: skip
+        if case != "bf16-paged":
+            nan_tail = torch.full((37, *inputs.k.shape[1:]), float("nan"), dtype=inputs.k.dtype, device=DEVICE)
+            inputs.k = torch.cat([inputs.k, nan_tail])
+            inputs.v = torch.cat([inputs.v, nan_tail])
+    launch = _launches(inputs, window_right=0 if causal else -1)[0]
+    assert launch.fn.__name__ == WS and launch.constexprs["MASK_PTX"]
+    if case.startswith("fp8"):
+        descales = {name: fp8_descale("per_head", inputs.batch, inputs.num_kv_heads)
+                    for name in ("q_descale", "k_descale", "v_descale")}  # fmt: skip
+        check_low_precision(inputs, causal=causal, **descales)
+    else:
+        atol, rtol = TOLERANCES[torch.bfloat16]
+        check_against_reference(inputs, atol, rtol, causal=causal)

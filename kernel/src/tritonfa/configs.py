@@ -192,6 +192,13 @@ class AttentionConfig:
     # block (`attention_hopper._after_softmax`). H100, session 37: slower, fp8 b4x4096 non-causal +13% (0/4 rounds),
     # bf16 +7% (1/4): off
     ws_softmax_fence: bool = False
+    # Gluon prefill: a masked block (the causal diagonal, a sequence's last keys) compares each score's key once,
+    # against its row's end (the sequence's, causally the diagonal's + 1), in inline PTX: one setp and one selp per
+    # score where the gl.where form compiles to two compares per column and row and two selects per score, or to a
+    # mask hoisted above the S wait and packed into register bits (sm_90 SASS, masked step per warp: bf16 D 128
+    # causal 746 -> 650 instructions, fp8 widened V 731 -> 635, fp8 key-major V in 128-key blocks 1100 -> 708;
+    # interior steps unchanged). Not yet run on a GPU (session 39): opt-in
+    ws_mask_ptx: bool = False
     ws_block_n: int = 0  # Gluon prefill: keys per block, 64 or 128 (0: attention_hopper.tiles_for's)
     # Gluon prefill: 16-bit head sizes other than 64/128/256 (multiples of 8, e.g. 80, 96) in tiles of the next of
     # those instead of the portable kernel (Hopper: on)

@@ -605,6 +605,20 @@ def _hopper_prefill_specs() -> list[dict[str, Any]]:
     assert constexprs["STAGES"] == 3 and constexprs["P_SMEM"] and constexprs["CONSUMERS"] == 3
     name = f"{fn.__name__}[hopper d128 CAUSAL=False FP8 TWO_LEVEL=False P_PER_TILE CONSUMERS=3 P_SMEM STAGES=3]"
     specs.append(dict(name=name, fn=fn, bound_args=args, constexprs=constexprs, options=options, gluon=True))
+    # masked blocks with the one-compare mask in inline PTX (config `ws_mask_ptx`): 16-bit D 128 causal on the
+    # persistent dynamic grid, 16-bit D 64 non-causal persistent, fp8 q/k/v causal on key-major V in 128-key blocks
+    for head_dim, programs, causal, dtype, block_n in (
+        (128, 132, True, bf16, 0), (64, 264, False, bf16, 0), (128, 0, True, fp8, 128),
+    ):  # fmt: skip
+        extra = dynamic if programs and causal else {}
+        fn, args, constexprs, options = _plan_prefill_option(
+            head_dim, causal, programs, False, dtype, dtype, **{**schedule, **extra, "mask_ptx": True,
+                                                                  "block_n": block_n}
+        )  # fmt: skip
+        assert constexprs["MASK_PTX"] and constexprs["PERSISTENT"] == bool(programs)
+        suffix = (" FP8" if dtype == fp8 else "") + (" PERSISTENT" if programs else "")
+        name = f"{fn.__name__}[hopper d{head_dim} CAUSAL={causal}{suffix} MASK_PTX]"
+        specs.append(dict(name=name, fn=fn, bound_args=args, constexprs=constexprs, options=options, gluon=True))
     # each P@V waited for after the softmax's exponentials (config `ws_softmax_fence`): fp8 q/k/v non-causal (flat
     # grid, two- and one-level), 16-bit on the persistent grid on both masks and on the flat grid causal
     for programs, causal, dtype, two_level in (

@@ -1173,6 +1173,7 @@ def _plan_hopper_prefill(
         config.ws_p_smem or fp8_three,
         config.ws_softmax_fence,
         config.ws_serial_pv or fp8_three,
+        config.ws_mask_ptx,
     )  # fmt: skip
     return KernelLaunch(fn, grid, args, constexprs, options)
 

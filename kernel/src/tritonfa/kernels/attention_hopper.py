@@ -657,11 +657,30 @@ if HAS_GLUON:
         return gl.convert_layout(gl.max(x, 1), gl.SliceLayout(1, s_layout))
 
     @gluon.jit
+    def _mask_scores(b_s, k_pos, q_pos, seq_k_len, diagonal, CAUSAL: gl.constexpr):
+        # b_s [BM, BN] with -inf where key k_pos [BN] is not visible to query q_pos [BM]: the visible keys are
+        # 0 <= k < end, end per row (the sequence's, causally its diagonal's + 1). One unsigned compare per score
+        # takes both bounds (a key before the sequence, negative, compares as a huge number), in inline PTX so that
+        # ptxas sees one setp and one selp per score. Written with gl.where the bounds become two selects per score
+        # (two compares per column and row), or LLVM hoists the mask above the S wait and packs it into register
+        # bits: sm_90, bf16 D 128 causal masked step 746 -> 650 instructions, fp8 key-major 1100 -> 708.
+        if CAUSAL:
+            end = gl.maximum(gl.minimum(q_pos + diagonal + 1, seq_k_len), 0)  # [BM]
+        else:
+            end = gl.zeros_like(q_pos) + seq_k_len
+        k_2d, end_2d = gl.broadcast(gl.expand_dims(k_pos, 0), gl.expand_dims(end, 1))  # [BM, BN], s layout
+        return gl.inline_asm_elementwise(
+            asm="{ .reg .pred p; setp.lt.u32 p, $2, $3; selp.f32 $0, $1, 0fFF800000, p; }",
+            constraints="=r,r,r,r", args=[b_s, k_2d.to(gl.int32), end_2d.to(gl.int32)], dtype=gl.float32,
+            is_pure=True, pack=1,
+        )  # fmt: skip
+
+    @gluon.jit
     def _softmax_step(b_s, m_i, l_i, j, key_shift, q_pos, seq_k_len, diagonal, qk_scale, MASKED: gl.constexpr,
                       CAUSAL: gl.constexpr, BLOCK_N: gl.constexpr, s_layout: gl.constexpr,
                       ROW_SCALE: gl.constexpr, P_SCALE_LOG2: gl.constexpr,
                       P_PER_TILE: gl.constexpr = False, LEAN_SOFTMAX: gl.constexpr = False,
-                      ROW_SUM: gl.constexpr = True, m_ref=0):  # fmt: skip
+                      ROW_SUM: gl.constexpr = True, m_ref=0, MASK_PTX: gl.constexpr = False):  # fmt: skip
         # b_s: [BM, BN] raw scores of key block j; returns P (fp32), the new running max and sum, O's (and l's)
         # factor, and (P_PER_TILE) the reference max O and l are kept at from this block on (else alpha, unused).
         # qk_scale: scores -> log2 units, a scalar or (ROW_SCALE, a quantized q's row scales) [BM] and positive.
@@ -673,7 +692,11 @@ if HAS_GLUON:
         # Block j starts key_shift keys before key j * BLOCK_N of the sequence (fp8: the key grid starts on a group
         # of the key-major copy; 0 otherwise); keys before the sequence's first are masked like those after its last.
         # ROW_SUM False: l is left as it is (the caller sums P on the tensor cores, ROW_SUM_MMA).
-        if MASKED:
+        # MASK_PTX (config `ws_mask_ptx`): the mask as _mask_scores writes it, one compare per score.
+        if MASKED and MASK_PTX:
+            k_pos = j * BLOCK_N - key_shift + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))  # [BN]
+            b_s = _mask_scores(b_s, k_pos, q_pos, seq_k_len, diagonal, CAUSAL)
+        elif MASKED:
             k_pos = j * BLOCK_N - key_shift + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))  # [BN]
             if P_SCALE_LOG2 != 0:
                 valid = gl.expand_dims((k_pos < seq_k_len) & (k_pos >= 0), 0)
@@ -857,7 +880,7 @@ if HAS_GLUON:
                         p_layout: gl.constexpr, WG: gl.constexpr, PINGPONG: gl.constexpr, V_KEY_MAJOR: gl.constexpr,
                         P_SCALE_LOG2: gl.constexpr, TWO_LEVEL: gl.constexpr, P_PER_TILE: gl.constexpr,
                         ROW_SCALE: gl.constexpr, LEAN_SOFTMAX: gl.constexpr, b_l, p_smem, P_SMEM: gl.constexpr,
-                        V_FREE: gl.constexpr):  # fmt: skip
+                        V_FREE: gl.constexpr, MASK_PTX: gl.constexpr = False):  # fmt: skip
         # _kv_step, serial (PINGPONG 2): O += P_{j-1} V_{j-1} (issued in this warpgroup's turn, which passes on at
         # once, and waited for), then S_j = Q K_j^T and its softmax; O is then moved to block j's reference (alpha)
         # and P_j kept (registers) or stored (P_SMEM) for the next step. The P@V's product (two-level) or P and S
@@ -883,7 +906,8 @@ if HAS_GLUON:
         _release_k(kv_empty, s, STAGES)
         b_p, m_i, l_i, alpha, m_ref = _softmax_step(b_s, m_i, l_i, j, key_shift, q_pos, seq_k_len, diagonal,
                                                     qk_scale, MASKED, CAUSAL, BLOCK_N, s_layout, ROW_SCALE,
-                                                    P_SCALE_LOG2, P_PER_TILE, LEAN_SOFTMAX, True, m_ref)  # fmt: skip
+                                                    P_SCALE_LOG2, P_PER_TILE, LEAN_SOFTMAX, True, m_ref,
+                                                    MASK_PTX)  # fmt: skip
         b_o = b_o * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
         if P_SMEM:
             _p_store(_p_narrow(b_p, v_bufs.dtype), p_smem)
@@ -900,7 +924,7 @@ if HAS_GLUON:
                  P_SCALE_LOG2: gl.constexpr, TWO_LEVEL: gl.constexpr, P_PER_TILE: gl.constexpr,
                  ROW_SCALE: gl.constexpr, LEAN_SOFTMAX: gl.constexpr, ones_smem=0, b_l=0, l_zero=0,
                  ROW_SUM_MMA: gl.constexpr = False, p_smem=0, P_SMEM: gl.constexpr = False,
-                 SOFTMAX_FENCE: gl.constexpr = False):  # fmt: skip
+                 SOFTMAX_FENCE: gl.constexpr = False, MASK_PTX: gl.constexpr = False):  # fmt: skip
         # S_j = Q K_j^T is issued before O += P_{j-1} V_{j-1}; the softmax of S_j overlaps that P@V. it0 / turn0: the
         # K/V blocks and wgmma turns this warpgroup has used before this tile (ring slots and phases go on).
         # ROW_SUM_MMA (two-level fp8 P@V): l as b_l [BM, ROW_SUM_COLS], P_{j-1} @ ones issued after its P@V (_pv_issue)
@@ -918,7 +942,7 @@ if HAS_GLUON:
                                    s_zero, o_zero, b_o, m_i, l_i, p_prev, m_ref, key_shift, q_pos, seq_k_len, diagonal,
                                    qk_scale, MASKED, CAUSAL, s_layout, o_layout, p_layout, WG, PINGPONG, V_KEY_MAJOR,
                                    P_SCALE_LOG2, TWO_LEVEL, P_PER_TILE, ROW_SCALE, LEAN_SOFTMAX, b_l, p_smem, P_SMEM,
-                                   V_FREE)  # fmt: skip
+                                   V_FREE, MASK_PTX)  # fmt: skip
         mbarrier.wait(k_ready.index(s), ((it0 + j) // STAGES) & 1)
         _wait_turn(turns, turn0 + j, WG, PINGPONG)
         s_tok = warpgroup_mma(q_smem, k_bufs.index(s).permute((1, 0)), s_zero, use_acc=False, is_async=True)
@@ -931,7 +955,7 @@ if HAS_GLUON:
         b_p, m_i, l_i, alpha, m_ref = _softmax_step(b_s, m_i, l_i, j, key_shift, q_pos, seq_k_len, diagonal,
                                                     qk_scale, MASKED, CAUSAL, BLOCK_N, s_layout, ROW_SCALE,
                                                     P_SCALE_LOG2, P_PER_TILE, LEAN_SOFTMAX, not ROW_SUM_MMA,
-                                                    m_ref)  # fmt: skip
+                                                    m_ref, MASK_PTX)  # fmt: skip
         if SOFTMAX_FENCE:  # the P@V's wait below after every exponential (_after_softmax)
             l_i = _after_softmax(l_i)
         if P_SMEM:
@@ -1046,7 +1070,8 @@ if HAS_GLUON:
                   QUANTIZE_Q: gl.constexpr, Q_MAX: gl.constexpr, num_warps: gl.constexpr, it0=0, turn0=0,
                   q_phase=0, VALID_D: gl.constexpr = 0, q_empty=0,
                   RELEASE_Q: gl.constexpr = False, ones_smem=0, ROW_SUM_MMA: gl.constexpr = False, p_bufs=0,
-                  P_SMEM: gl.constexpr = False, SOFTMAX_FENCE: gl.constexpr = False):  # fmt: skip
+                  P_SMEM: gl.constexpr = False, SOFTMAX_FENCE: gl.constexpr = False,
+                  MASK_PTX: gl.constexpr = False):  # fmt: skip
         # This warpgroup's ROWS query rows start at row ROW0 of the tile; both warpgroups walk the tile's blocks.
         # QUANTIZE_Q: q_src is the tile's 16-bit q staged by the producer [BLOCK_M, D], rounded here into q_tile_smem
         # (see _quantize_q_rows); else unused. RELEASE_Q: arrive on q_empty once rounded (the persistent grid).
@@ -1136,12 +1161,12 @@ if HAS_GLUON:
             b_p, m_i, l_i, alpha, m_ref = _softmax_step(b_s, m_i, l_i, 0, key_shift, q_pos, seq_k_len, diagonal,
                                                         qk_scale, False, CAUSAL, BLOCK_N, s_layout, QUANTIZE_Q,
                                                         P_SCALE_LOG2, P_PER_TILE_PV, LEAN_SOFTMAX,
-                                                        not ROW_SUM_PV, m_ref)  # fmt: skip
+                                                        not ROW_SUM_PV, m_ref, MASK_PTX)  # fmt: skip
         else:
             b_p, m_i, l_i, alpha, m_ref = _softmax_step(b_s, m_i, l_i, 0, key_shift, q_pos, seq_k_len, diagonal,
                                                         qk_scale, True, CAUSAL, BLOCK_N, s_layout, QUANTIZE_Q,
                                                         P_SCALE_LOG2, P_PER_TILE_PV, LEAN_SOFTMAX,
-                                                        not ROW_SUM_PV, m_ref)  # fmt: skip
+                                                        not ROW_SUM_PV, m_ref, MASK_PTX)  # fmt: skip
         if P_SMEM:
             _p_store(_p_narrow(b_p, v_bufs.dtype), p_smem)
             p_prev = 0  # a placeholder the steps carry
@@ -1160,7 +1185,7 @@ if HAS_GLUON:
                                                          False, CAUSAL, s_layout, o_layout, p_layout, WG, PINGPONG,
                                                          V_KEY_MAJOR, P_SCALE_LOG2, TWO_LEVEL_PV, P_PER_TILE_PV,
                                                          QUANTIZE_Q, LEAN_SOFTMAX, ones_smem, b_l, l_zero,
-                                                         ROW_SUM_PV, p_smem, P_SMEM, FENCE)  # fmt: skip
+                                                         ROW_SUM_PV, p_smem, P_SMEM, FENCE, MASK_PTX)  # fmt: skip
         # blocks on the causal diagonal or past the sequence's last key
         for j in range(gl.maximum(num_full, 1), num_blocks):
             b_o, m_i, l_i, p_prev, m_ref, b_l = _kv_step(j, it0, turn0, q_smem, k_bufs, v_bufs, k_ready,
@@ -1169,7 +1194,7 @@ if HAS_GLUON:
                                                          True, CAUSAL, s_layout, o_layout, p_layout, WG, PINGPONG,
                                                          V_KEY_MAJOR, P_SCALE_LOG2, TWO_LEVEL_PV, P_PER_TILE_PV,
                                                          QUANTIZE_Q, LEAN_SOFTMAX, ones_smem, b_l, l_zero,
-                                                         ROW_SUM_PV, p_smem, P_SMEM, FENCE)  # fmt: skip
+                                                         ROW_SUM_PV, p_smem, P_SMEM, FENCE, MASK_PTX)  # fmt: skip
         last = num_blocks - 1
         s_last = (it0 + last) % STAGES
         mbarrier.wait(v_ready.index(s_last), ((it0 + last) // STAGES) & 1)
@@ -1234,7 +1259,8 @@ if HAS_GLUON:
                           LEAN_SOFTMAX: gl.constexpr,
                           QUANTIZE_Q: gl.constexpr, Q_MAX: gl.constexpr, num_warps: gl.constexpr, it0, turn0, q_phase,
                           VALID_D: gl.constexpr, ones_smem, ROW_SUM_MMA: gl.constexpr, p_bufs=0,
-                          P_SMEM: gl.constexpr = False, SOFTMAX_FENCE: gl.constexpr = False):  # fmt: skip
+                          P_SMEM: gl.constexpr = False, SOFTMAX_FENCE: gl.constexpr = False,
+                          MASK_PTX: gl.constexpr = False):  # fmt: skip
         # the default partition of gl.warp_specialize must return a tuple
         _consumer(q_tile_smem, k_bufs, v_bufs, q_ready, k_ready, v_ready, kv_empty, turns, q_src, out_ptr, lse_ptr,
                   seq_q_start, seq_q_len, q_tile_start, q_head, seq_k_len, num_blocks, key_shift, qk_scale, out_scale,
@@ -1242,7 +1268,7 @@ if HAS_GLUON:
                   PINGPONG, RETURN_LSE, ZERO_TAIL, FP8, P_SCALE_LOG2, TWO_LEVEL, P_PER_TILE, LEAN_SOFTMAX,
                   QUANTIZE_Q, Q_MAX,
                   num_warps, it0, turn0, q_phase, VALID_D, 0, False, ones_smem, ROW_SUM_MMA, p_bufs,
-                  P_SMEM, SOFTMAX_FENCE)  # fmt: skip
+                  P_SMEM, SOFTMAX_FENCE, MASK_PTX)  # fmt: skip
         return ()
 
     @gluon.jit
@@ -1437,7 +1463,7 @@ if HAS_GLUON:
                              Q_MAX: gl.constexpr,
                              HAS_Q_DESCALE: gl.constexpr, HAS_K_DESCALE: gl.constexpr, HAS_V_DESCALE: gl.constexpr,
                              num_warps: gl.constexpr, VALID_D: gl.constexpr,
-                             SOFTMAX_FENCE: gl.constexpr = False):  # fmt: skip
+                             SOFTMAX_FENCE: gl.constexpr = False, MASK_PTX: gl.constexpr = False):  # fmt: skip
         # One work item of a persistent consumer warpgroup (see _consumer_persistent); returns the updated counts
         BLOCK_M: gl.constexpr = 2 * ROWS  # the tile's rows: two warpgroups'
         HEAD_DIM: gl.constexpr = q_bufs.type.shape[2]
@@ -1471,7 +1497,7 @@ if HAS_GLUON:
                           FP8, P_SCALE_LOG2, TWO_LEVEL, P_PER_TILE, LEAN_SOFTMAX,
                           QUANTIZE_Q, Q_MAX, num_warps, it, it + items,
                           (items // Q_BUFS) & 1, VALID_D, q_empty.index(qb), QUANTIZE_Q,
-                          SOFTMAX_FENCE=SOFTMAX_FENCE)  # fmt: skip
+                          SOFTMAX_FENCE=SOFTMAX_FENCE, MASK_PTX=MASK_PTX)  # fmt: skip
                 if not QUANTIZE_Q:  # (QUANTIZE_Q: handed back once rounded, in _consumer)
                     mbarrier.arrive(q_empty.index(qb), count=1)  # this warpgroup's QK wgmmas are done with it
                 it += num_blocks
@@ -1494,7 +1520,8 @@ if HAS_GLUON:
                              Q_MAX: gl.constexpr,
                              HAS_Q_DESCALE: gl.constexpr, HAS_K_DESCALE: gl.constexpr, HAS_V_DESCALE: gl.constexpr,
                              num_warps: gl.constexpr, VALID_D: gl.constexpr, work_ids, work_ready, work_empty,
-                             DYNAMIC: gl.constexpr, SOFTMAX_FENCE: gl.constexpr = False):  # fmt: skip
+                             DYNAMIC: gl.constexpr, SOFTMAX_FENCE: gl.constexpr = False,
+                             MASK_PTX: gl.constexpr = False):  # fmt: skip
         # A consumer warpgroup's walk over the same work items as the producer: each tile as in the non-persistent
         # kernel (_consumer), its ring blocks, wgmma turns and Q buffer counted on from the tiles before. DYNAMIC: the
         # items come from the producer through work_ids (see _producer_persistent) until one is past the last.
@@ -1515,7 +1542,7 @@ if HAS_GLUON:
                 n_tile_slots, num_q_heads, GROUP, ROW0, ROWS, CAUSAL, PINGPONG, RETURN_LSE, ZERO_TAIL, PAGED,
                 PAGE_SIZE, HAS_SEQUSED, SEQ_FILTER, DECODE_MAX_Q, FP8, P_SCALE_LOG2, TWO_LEVEL, P_PER_TILE,
                 LEAN_SOFTMAX, QUANTIZE_Q, Q_MAX, HAS_Q_DESCALE, HAS_K_DESCALE, HAS_V_DESCALE, num_warps,
-                VALID_D, SOFTMAX_FENCE)  # fmt: skip
+                VALID_D, SOFTMAX_FENCE, MASK_PTX)  # fmt: skip
             if DYNAMIC:
                 taken += 1
                 work = _take_work(work_ids, work_ready, work_empty, taken, num_warps)
@@ -1540,7 +1567,8 @@ if HAS_GLUON:
                                      HAS_Q_DESCALE: gl.constexpr, HAS_K_DESCALE: gl.constexpr,
                                      HAS_V_DESCALE: gl.constexpr, num_warps: gl.constexpr,
                                      VALID_D: gl.constexpr, work_ids, work_ready, work_empty,
-                                     DYNAMIC: gl.constexpr, SOFTMAX_FENCE: gl.constexpr = False):  # fmt: skip
+                                     DYNAMIC: gl.constexpr, SOFTMAX_FENCE: gl.constexpr = False,
+                                     MASK_PTX: gl.constexpr = False):  # fmt: skip
         _consumer_persistent(q_bufs, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, kv_empty, turns, q_src,
                              out_ptr, lse_ptr, cu_seqlens_q_ptr, cu_seqlens_k_ptr, seqused_k_ptr, q_descale_ptr,
                              k_descale_ptr, v_descale_ptr, num_seqs, total_q, total_k, max_blocks, softmax_scale,
@@ -1550,7 +1578,7 @@ if HAS_GLUON:
                              PINGPONG, RETURN_LSE, ZERO_TAIL, PAGED, PAGE_SIZE, HAS_SEQUSED, SEQ_FILTER,
                              DECODE_MAX_Q, FP8, P_SCALE_LOG2, TWO_LEVEL, P_PER_TILE, LEAN_SOFTMAX, QUANTIZE_Q, Q_MAX,
                              HAS_Q_DESCALE, HAS_K_DESCALE, HAS_V_DESCALE, num_warps, VALID_D, work_ids, work_ready,
-                             work_empty, DYNAMIC, SOFTMAX_FENCE)  # fmt: skip
+                             work_empty, DYNAMIC, SOFTMAX_FENCE, MASK_PTX)  # fmt: skip
         return ()
 
     # Lengths, counts and the widths they set (block table, lse rows) change per batch: not specialized, so a new
@@ -1651,6 +1679,7 @@ if HAS_GLUON:
         CONSUMERS: gl.constexpr,
         P_SMEM: gl.constexpr,  # not PERSISTENT: P reaches its P@V through shared memory, not registers (_p_store)
         SOFTMAX_FENCE: gl.constexpr,  # each P@V waited for after the softmax's exponentials (_after_softmax)
+        MASK_PTX: gl.constexpr,  # masks scores with one compare per score in inline PTX (_mask_scores)
         num_warps: gl.constexpr,
     ):
         if LAUNCH_DEPENDENTS:
@@ -1749,7 +1778,7 @@ if HAS_GLUON:
                         PAGED, PAGE_SIZE, HAS_SEQUSED, SEQ_FILTER, DECODE_MAX_Q, FP8, P_SCALE_LOG2, TWO_LEVEL,
                         P_PER_TILE, LEAN_SOFTMAX,
                         QUANTIZE_Q, Q_MAX, HAS_Q_DESCALE, HAS_K_DESCALE, HAS_V_DESCALE, num_warps,
-                        VALID_D, work_ids, work_ready, work_empty, DYNAMIC, SOFTMAX_FENCE)),
+                        VALID_D, work_ids, work_ready, work_empty, DYNAMIC, SOFTMAX_FENCE, MASK_PTX)),
                     (_consumer_persistent, (
                         q_bufs, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, kv_empty, turns, q_stage, out_ptr,
                         lse_ptr, cu_seqlens_q_ptr, cu_seqlens_k_ptr, seqused_k_ptr, q_descale_ptr, k_descale_ptr,
@@ -1760,7 +1789,7 @@ if HAS_GLUON:
                         PAGED, PAGE_SIZE, HAS_SEQUSED, SEQ_FILTER, DECODE_MAX_Q, FP8, P_SCALE_LOG2, TWO_LEVEL,
                         P_PER_TILE, LEAN_SOFTMAX,
                         QUANTIZE_Q, Q_MAX, HAS_Q_DESCALE, HAS_K_DESCALE, HAS_V_DESCALE, num_warps,
-                        VALID_D, work_ids, work_ready, work_empty, DYNAMIC, SOFTMAX_FENCE)),
+                        VALID_D, work_ids, work_ready, work_empty, DYNAMIC, SOFTMAX_FENCE, MASK_PTX)),
                     (_producer_persistent, (
                         q16_desc, k_desc, v_desc, q_stage, k_bufs, v_bufs, v_stage, q_ready, q_empty, k_ready, v_ready,
                         kv_empty,
@@ -1788,7 +1817,7 @@ if HAS_GLUON:
                           P_SCALE_LOG2, TWO_LEVEL, P_PER_TILE, LEAN_SOFTMAX,
                           QUANTIZE_Q, Q_MAX, HAS_Q_DESCALE, HAS_K_DESCALE,
                           HAS_V_DESCALE, num_warps, VALID_D, EARLY_K_RELEASE, ROW_SUM_MMA, CONSUMERS,
-                          P_SMEM, SOFTMAX_FENCE)  # fmt: skip
+                          P_SMEM, SOFTMAX_FENCE, MASK_PTX)  # fmt: skip
 
     @gluon.jit
     def _tile_program(q_desc, k_desc, v_desc, q16_desc, k_ptr, v_ptr, out_ptr, lse_ptr, cu_seqlens_q_ptr,
@@ -1808,7 +1837,7 @@ if HAS_GLUON:
                       HAS_K_DESCALE: gl.constexpr, HAS_V_DESCALE: gl.constexpr, num_warps: gl.constexpr,
                       VALID_D: gl.constexpr, EARLY_K_RELEASE: gl.constexpr,
                       ROW_SUM_MMA: gl.constexpr, CONSUMERS: gl.constexpr, P_SMEM: gl.constexpr,
-                      SOFTMAX_FENCE: gl.constexpr):  # fmt: skip
+                      SOFTMAX_FENCE: gl.constexpr, MASK_PTX: gl.constexpr = False):  # fmt: skip
         # One program per (q head, q tile slot): grid (Hq, slots). A consumer warpgroup per 64 rows: two on q_desc's
         # 128-row boxes, or three on three of its 64-row boxes (config `ws_consumers`)
         BLOCK_M: gl.constexpr = q_desc.block_type.shape[0] * (3 if CONSUMERS == 3 else 1)
@@ -1911,21 +1940,22 @@ if HAS_GLUON:
                                                  stride_o_tok, stride_o_head, stride_lse_head, 0, ROWS, CAUSAL,
                                                  PINGPONG, RETURN_LSE, ZERO_TAIL, FP8, P_SCALE_LOG2, TWO_LEVEL,
                                                  P_PER_TILE, LEAN_SOFTMAX, QUANTIZE_Q, Q_MAX, num_warps, 0, 0, 0,
-                                                 VALID_D, ones_smem, ROW_SUM_MMA, p_bufs, P_SMEM, SOFTMAX_FENCE)),
+                                                 VALID_D, ones_smem, ROW_SUM_MMA, p_bufs, P_SMEM, SOFTMAX_FENCE,
+                                                 MASK_PTX)),
                             (_consumer, (q_smem, k_bufs, v_bufs, q_ready, k_ready, v_ready, kv_empty, turns, q_stage,
                                          out_ptr, lse_ptr, seq_q_start, seq_q_len, q_tile_start, q_head, seq_k_len,
                                          num_blocks, key_shift, qk_scale, out_scale, stride_o_tok, stride_o_head,
                                          stride_lse_head, ROWS, ROWS, CAUSAL, PINGPONG, RETURN_LSE, ZERO_TAIL, FP8,
                                          P_SCALE_LOG2, TWO_LEVEL, P_PER_TILE, LEAN_SOFTMAX, QUANTIZE_Q, Q_MAX,
                                          num_warps, 0, 0, 0, VALID_D, 0, False, ones_smem, ROW_SUM_MMA, p_bufs,
-                                         P_SMEM, SOFTMAX_FENCE)),
+                                         P_SMEM, SOFTMAX_FENCE, MASK_PTX)),
                             (_consumer, (q_smem, k_bufs, v_bufs, q_ready, k_ready, v_ready, kv_empty, turns, q_stage,
                                          out_ptr, lse_ptr, seq_q_start, seq_q_len, q_tile_start, q_head, seq_k_len,
                                          num_blocks, key_shift, qk_scale, out_scale, stride_o_tok, stride_o_head,
                                          stride_lse_head, 2 * ROWS, ROWS, CAUSAL, PINGPONG, RETURN_LSE, ZERO_TAIL,
                                          FP8, P_SCALE_LOG2, TWO_LEVEL, P_PER_TILE, LEAN_SOFTMAX, QUANTIZE_Q, Q_MAX,
                                          num_warps, 0, 0, 0, VALID_D, 0, False, ones_smem, ROW_SUM_MMA, p_bufs,
-                                         P_SMEM, SOFTMAX_FENCE)),
+                                         P_SMEM, SOFTMAX_FENCE, MASK_PTX)),
                             (_producer, (q16_desc, k_desc, v_desc, q_stage, k_bufs, v_bufs, v_stage, q_ready,
                                          k_ready, v_ready, kv_empty, seq_q_start + q_tile_start, q_head * VALID_D,
                                          seq_k_start - key_shift, k_ptr, v_ptr, block_table_ptr, seq, stride_bt_seq,
@@ -1948,7 +1978,7 @@ if HAS_GLUON:
                                                  ROWS, CAUSAL, PINGPONG, RETURN_LSE, ZERO_TAIL, FP8, P_SCALE_LOG2,
                                                  TWO_LEVEL, P_PER_TILE, LEAN_SOFTMAX, QUANTIZE_Q, Q_MAX, num_warps,
                                                  0, 0, 0, VALID_D, ones_smem, ROW_SUM_MMA, p_bufs, P_SMEM,
-                                                 SOFTMAX_FENCE)),
+                                                 SOFTMAX_FENCE, MASK_PTX)),
                             (_consumer, (q_smem, k_bufs, v_bufs, q_ready, k_ready, v_ready, kv_empty, turns, q_stage,
                                          out_ptr, lse_ptr, seq_q_start, seq_q_len, q_tile_start, q_head, seq_k_len,
                                          num_blocks, key_shift, qk_scale, out_scale,
@@ -1956,7 +1986,7 @@ if HAS_GLUON:
                                          RETURN_LSE, ZERO_TAIL, FP8, P_SCALE_LOG2, TWO_LEVEL, P_PER_TILE, LEAN_SOFTMAX,
                                          QUANTIZE_Q,
                                          Q_MAX, num_warps, 0, 0, 0, VALID_D, 0, False, ones_smem, ROW_SUM_MMA,
-                                         p_bufs, P_SMEM, SOFTMAX_FENCE)),
+                                         p_bufs, P_SMEM, SOFTMAX_FENCE, MASK_PTX)),
                             (_producer, (q16_desc, k_desc, v_desc, q_stage, k_bufs, v_bufs, v_stage, q_ready, k_ready,
                                          v_ready, kv_empty, seq_q_start + q_tile_start, q_head * VALID_D,
                                          seq_k_start - key_shift, k_ptr, v_ptr, block_table_ptr, seq, stride_bt_seq,
@@ -2002,7 +2032,7 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
                         fp8_p_one_rounding: bool = False, dynamic: bool = False, dynamic_tail: int = 0,
                         uniform_ticket: bool = False, producer_regs: int = 0,
                         fp8_row_sum_mma: bool = False, consumers: int = 2, p_smem: bool = False,
-                        softmax_fence: bool = False, serial_pv: bool = False):  # fmt: skip
+                        softmax_fence: bool = False, serial_pv: bool = False, mask_ptx: bool = False):  # fmt: skip
     """(kernel, grid, args, constexprs, options) of one warp-specialized prefill launch; `supports` must hold.
 
     fp8 K/V: V is read from its key-major copy (`key_major_v`, made here); quantize_q rounds a 16-bit q to K's fp8
@@ -2030,6 +2060,7 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
     serial_pv (with pingpong, not fp8_row_sum_mma): each block's P@V is waited for before the next block's QK is
     issued (its product or P and S never hold registers at once).
     softmax_fence: each block's P@V waited for after its softmax's exponentials (ptxas moves the wait before them).
+    mask_ptx: masked blocks compare each score's key once, in inline PTX (_mask_scores).
     """
     total_q, num_q_heads, valid_d = q.shape
     head_dim = tile_head_dim(valid_d)  # the tiles' D; a smaller head size is padded (supports' pad_head_dim)
@@ -2180,6 +2211,7 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
         CONSUMERS=3 if three else 2,
         P_SMEM=p_smem_flat,
         SOFTMAX_FENCE=softmax_fence,
+        MASK_PTX=mask_ptx,
     )
     return attention_fwd_hopper_kernel, grid, args, constexprs, {"num_warps": NUM_WARPS}
 
