@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 # environment variables for that run instead
 # three consumer warpgroups with 64-key blocks (4 ring slots): the D 128 consumers fit 160 registers there. These
 # and THREE_P_SMEM keep their session 35-37 meaning for fp8 non-causal whatever ws_fp8_three_consumers is set to
-# (it would set P in shared memory and one-level P@V there)
+# (it would set P in shared memory and serial steps there)
 THREE_BN64 = {"ws_consumers": 3, "ws_persistent": False, "ws_block_n": 64, "ws_fp8_three_consumers": False}
 THREE_P_SMEM = {"ws_consumers": 3, "ws_persistent": False, "ws_p_smem": True, "ws_fp8_three_consumers": False}
 PREFILL_VARIANTS = {
@@ -93,8 +93,9 @@ PREFILL_VARIANTS = {
     "ws-fp8-two-consumers": {"ws_fp8_three_consumers": False},
     # with three K/V ring slots instead of two (172 KB of shared memory)
     "ws-fp8-three-consumers-stages-3": {"ws_fp8_three_consumers": True, "ws_stages": 3},
-    # fp8 q/k/v causal as ws-fp8-three-consumers runs non-causal (three consumers, P per key block through shared
-    # memory, one-level fp8 P@V) in 128-key blocks, V read key-major instead of widened to fp16 (ws_fp8_v16_contiguous)
+    # fp8 q/k/v causal with three consumers and P per key block through shared memory, in 128-key blocks, V read
+    # key-major instead of widened to fp16 (ws_fp8_v16_contiguous): serial steps with the two-level P@V, and the
+    # one-level P@V (both slower, session 39)
     "ws-fp8-causal-three-serial": {
         **THREE_P_SMEM,
         "ws_serial_pv": True,

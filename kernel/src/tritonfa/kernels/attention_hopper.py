@@ -693,18 +693,18 @@ if HAS_GLUON:
         # of the key-major copy; 0 otherwise); keys before the sequence's first are masked like those after its last.
         # ROW_SUM False: l is left as it is (the caller sums P on the tensor cores, ROW_SUM_MMA).
         # MASK_PTX (config `ws_mask_ptx`): the mask as _mask_scores writes it, one compare per score.
-        if MASKED and MASK_PTX:
+        if MASKED:
             k_pos = j * BLOCK_N - key_shift + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))  # [BN]
-            b_s = _mask_scores(b_s, k_pos, q_pos, seq_k_len, diagonal, CAUSAL)
-        elif MASKED:
-            k_pos = j * BLOCK_N - key_shift + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))  # [BN]
-            if P_SCALE_LOG2 != 0:
-                valid = gl.expand_dims((k_pos < seq_k_len) & (k_pos >= 0), 0)
+            if MASK_PTX:
+                b_s = _mask_scores(b_s, k_pos, q_pos, seq_k_len, diagonal, CAUSAL)
             else:
-                valid = gl.expand_dims(k_pos < seq_k_len, 0)
-            if CAUSAL:
-                valid = valid & (gl.expand_dims(k_pos, 0) <= gl.expand_dims(q_pos + diagonal, 1))
-            b_s = gl.where(valid, b_s, float("-inf"))
+                if P_SCALE_LOG2 != 0:
+                    valid = gl.expand_dims((k_pos < seq_k_len) & (k_pos >= 0), 0)
+                else:
+                    valid = gl.expand_dims(k_pos < seq_k_len, 0)
+                if CAUSAL:
+                    valid = valid & (gl.expand_dims(k_pos, 0) <= gl.expand_dims(q_pos + diagonal, 1))
+                b_s = gl.where(valid, b_s, float("-inf"))
         if LEAN_SOFTMAX:
             m_tile = _row_max(b_s, s_layout) * qk_scale  # [BM], log2 domain
         else:
