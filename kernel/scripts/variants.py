@@ -134,6 +134,15 @@ PREFILL_VARIANTS = {
         "ws_block_n": 128,
         "ws_mask_ptx": True,
     },
+    # two-level fp8 P@V: O's rescale one block late, in the FFMA that adds the block's product (session 40)
+    "ws-two-level-fma": {"ws_two_level_fma": True},
+    "ws-fp8-causal-key-major-flat-bn128-fma": {
+        "ws_fp8_v16_contiguous": False,
+        "ws_persistent": False,
+        "ws_block_n": 128,
+        "ws_two_level_fma": True,
+    },
+    "ws-three-consumers-p-smem-serial-fma": {**THREE_P_SMEM, "ws_serial_pv": True, "ws_two_level_fma": True},
     # each block's P@V waited for after the softmax's exponentials (ptxas puts that wait before them otherwise)
     "ws-softmax-fence": {"ws_softmax_fence": True},
     "ws-softmax-fence-one-level": {"ws_softmax_fence": True, "ws_fp8_two_level": False},

@@ -1164,6 +1164,8 @@ def test_warp_specialized_fp8_three_consumers_option_matches_reference(monkeypat
     [
         "two-consumers",
         "three-consumers",  # `ws_fp8_three_consumers`: serial steps, two-level P@V
+        "two-consumers-fma",  # `ws_two_level_fma`: O's rescale one block late, fused with the add
+        "three-consumers-fma",
         # three consumers with the P@V chained in the MMA (ws_fp8_two_level off): H100, session 39, mean output 0.602
         # of the reference's over 32k keys (kernel/scripts/fp8_long_context.py); strict, so a fix shows up
         pytest.param("one-level", marks=pytest.mark.xfail(strict=True, reason="one-level fp8 P@V over 32k keys")),
@@ -1177,6 +1179,8 @@ def test_warp_specialized_fp8_long_context_keeps_its_magnitude(monkeypatch, form
     config = {
         "two-consumers": {},
         "three-consumers": {"ws_fp8_three_consumers": True},
+        "two-consumers-fma": {"ws_two_level_fma": True},
+        "three-consumers-fma": {"ws_fp8_three_consumers": True, "ws_two_level_fma": True},
         "one-level": {
             "ws_consumers": 3,
             "ws_persistent": False,
@@ -1191,7 +1195,8 @@ def test_warp_specialized_fp8_long_context_keeps_its_magnitude(monkeypatch, form
     inputs.v.copy_((1.0 + 0.1 * torch.randn(inputs.v.shape, device=DEVICE)).to(fp8))
     constexprs = _constexprs(inputs, window_right=-1)
     assert constexprs["TWO_LEVEL"] == (form != "one-level") and constexprs["P_PER_TILE"]
-    assert (constexprs["CONSUMERS"] == 3) == (form != "two-consumers")
+    assert (constexprs["CONSUMERS"] == 3) == (not form.startswith("two-consumers"))
+    assert constexprs["TWO_LEVEL_FMA"] == form.endswith("-fma")
     ref = run_reference(inputs, causal=False)
     low_precision = run_reference(inputs, causal=False, emulate_dtype=torch.bfloat16, fp8_p_round_trip=fp8)
     out = run_kernel(inputs, causal=False)
@@ -1604,3 +1609,67 @@ def test_warp_specialized_mask_ptx_matches_reference(monkeypatch, case, causal):
     else:
         atol, rtol = TOLERANCES[torch.bfloat16]
         check_against_reference(inputs, atol, rtol, causal=causal)
+
+
+@pytest.mark.skipif(not attention_hopper.HAS_GLUON, reason="this triton has no Gluon")
+def test_two_level_fma_is_planned_for_the_two_level_fp8_p_at_v_only(monkeypatch):
+    """`ws_two_level_fma` (opt-in): where an fp8 P meets key-major V in two levels (fp8 q/k/v non-causal by default,
+    causal with V kept key-major, three consumers' serial steps); not where V is widened (a 16-bit P@V chained in the
+    MMA), for 16-bit K/V, one-level P@V or P @ ones' row sums. Off by default."""
+    fp8 = torch.float8_e4m3fn
+    fp8_inputs = make_inputs([300, 5], [300, 400], num_heads=(8, 2), head_size=128, dtype=fp8, kv_dtype=fp8)
+    fp8_d64 = make_inputs([300, 5], [300, 400], num_heads=(8, 2), head_size=64, dtype=fp8, kv_dtype=fp8)
+    bf16 = make_inputs([300, 5], [300, 400], num_heads=(8, 2), head_size=128)
+    for inputs in (fp8_inputs, fp8_d64, bf16):
+        for window_right in (0, -1):
+            assert not _constexprs(inputs, window_right=window_right)["TWO_LEVEL_FMA"], "off by default"
+    monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"ws_two_level_fma": True}}))
+    for inputs in (fp8_inputs, fp8_d64):
+        assert _constexprs(inputs, window_right=-1)["TWO_LEVEL_FMA"]
+        assert not _constexprs(inputs, window_right=0)["TWO_LEVEL_FMA"], "causal: V widened by default"
+    assert not _constexprs(bf16, window_right=-1)["TWO_LEVEL_FMA"]
+    for fields, planned in (
+        ({"ws_fp8_v16_contiguous": False}, True),  # causal on key-major V
+        ({"ws_fp8_v16_contiguous": False, "ws_persistent": False, "ws_block_n": 128}, True),
+        ({"ws_fp8_two_level": False}, False),
+    ):
+        monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"ws_two_level_fma": True, **fields}}))
+        assert _constexprs(fp8_inputs, window_right=0)["TWO_LEVEL_FMA"] == planned, fields
+        assert _constexprs(fp8_inputs, window_right=-1)["TWO_LEVEL_FMA"] == planned, fields
+    monkeypatch.setenv(
+        "TRITONFA_CONFIG", json.dumps({"hopper": {"ws_two_level_fma": True, "ws_fp8_three_consumers": True}})
+    )
+    constexprs = _constexprs(fp8_inputs, window_right=-1)
+    assert constexprs["TWO_LEVEL_FMA"] and constexprs["CONSUMERS"] == 3 and constexprs["PINGPONG"] == 2
+    row_sums = {"ws_two_level_fma": True, "ws_fp8_row_sum_mma": True, "ws_fp8_p_per_tile": False,
+                "ws_persistent": False}  # fmt: skip
+    monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": row_sums}))
+    constexprs = _constexprs(fp8_inputs, window_right=-1)
+    assert constexprs["ROW_SUM_MMA"] and not constexprs["TWO_LEVEL_FMA"]
+
+
+@pytest.mark.skipif(not (ON_HOPPER and attention_hopper.HAS_GLUON), reason="Gluon kernels run on a Hopper GPU only")
+@pytest.mark.parametrize("form", ["persistent", "flat-bn128", "fixed-p-scale", "three-consumers", "d64"])
+@pytest.mark.parametrize("causal", [True, False])
+def test_warp_specialized_two_level_fma_matches_reference(monkeypatch, form, causal):
+    """`ws_two_level_fma`: O moved to a block's reference one block late, in the FFMA that adds the block's P@V.
+    fp8 q/k/v with V key-major (causal too), per-head descales, odd lengths, an empty sequence, more queries than
+    keys, NaN keys past every sequence (a row whose first block's factor were not finite comes out NaN), seqused_k;
+    against the reference and its lse (check_low_precision). Three consumers: non-causal only (their only plan)."""
+    config = {"ws_two_level_fma": True, "ws_fp8_v16_contiguous": False}
+    config.update({
+        "persistent": {},
+        "flat-bn128": {"ws_persistent": False, "ws_block_n": 128},
+        "fixed-p-scale": {"ws_fp8_p_per_tile": False},
+        "three-consumers": {"ws_fp8_three_consumers": True},
+        "d64": {},
+    }[form])  # fmt: skip
+    monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": config}))
+    inputs = _fp8_batch(64 if form == "d64" else 128, torch.float8_e4m3fn, use_seqused_k=True)
+    constexprs = _constexprs(inputs, window_right=0 if causal else -1)
+    assert _plan(inputs)[0] == WS and constexprs["TWO_LEVEL_FMA"] and constexprs["TWO_LEVEL"]
+    assert constexprs["P_PER_TILE"] == (form != "fixed-p-scale")
+    assert (constexprs["CONSUMERS"] == 3) == (form == "three-consumers" and not causal)
+    descales = {name: fp8_descale("per_head", inputs.batch, inputs.num_kv_heads)
+                for name in ("q_descale", "k_descale", "v_descale")}  # fmt: skip
+    check_low_precision(inputs, causal=causal, **descales)

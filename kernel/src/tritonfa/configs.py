@@ -199,6 +199,11 @@ class AttentionConfig:
     # causal 746 -> 650 instructions, fp8 widened V 731 -> 635, fp8 key-major V in 128-key blocks 1100 -> 708;
     # interior steps unchanged). Not yet run on a GPU (session 39): opt-in
     ws_mask_ptx: bool = False
+    # Gluon prefill, two-level fp8 P@V: O = (O + PV_j) * alpha_{j+1} (one FADD and one FMUL per O value and block)
+    # becomes O = O * alpha_j + PV_j, one FFMA, with O's move to a block's reference one block late (alpha kept a
+    # step longer). The fp8 key-major interior step is 539 instructions per warp, 134 of them FADD and 66 FMUL
+    # (sm_90 SASS): -64, where the step is issue-bound. Not yet run on a GPU (session 40): opt-in
+    ws_two_level_fma: bool = False
     ws_block_n: int = 0  # Gluon prefill: keys per block, 64 or 128 (0: attention_hopper.tiles_for's)
     # Gluon prefill: 16-bit head sizes other than 64/128/256 (multiples of 8, e.g. 80, 96) in tiles of the next of
     # those instead of the portable kernel (Hopper: on)

@@ -1174,6 +1174,7 @@ def _plan_hopper_prefill(
         config.ws_softmax_fence,
         config.ws_serial_pv or fp8_three,
         config.ws_mask_ptx,
+        config.ws_two_level_fma,
     )  # fmt: skip
     return KernelLaunch(fn, grid, args, constexprs, options)
 

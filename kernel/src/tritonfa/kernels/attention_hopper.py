@@ -880,7 +880,8 @@ if HAS_GLUON:
                         p_layout: gl.constexpr, WG: gl.constexpr, PINGPONG: gl.constexpr, V_KEY_MAJOR: gl.constexpr,
                         P_SCALE_LOG2: gl.constexpr, TWO_LEVEL: gl.constexpr, P_PER_TILE: gl.constexpr,
                         ROW_SCALE: gl.constexpr, LEAN_SOFTMAX: gl.constexpr, b_l, p_smem, P_SMEM: gl.constexpr,
-                        V_FREE: gl.constexpr, MASK_PTX: gl.constexpr = False):  # fmt: skip
+                        V_FREE: gl.constexpr, MASK_PTX: gl.constexpr = False, TWO_LEVEL_FMA: gl.constexpr = False,
+                        o_alpha=0):  # fmt: skip
         # _kv_step, serial (PINGPONG 2): O += P_{j-1} V_{j-1} (issued in this warpgroup's turn, which passes on at
         # once, and waited for), then S_j = Q K_j^T and its softmax; O is then moved to block j's reference (alpha)
         # and P_j kept (registers) or stored (P_SMEM) for the next step. The P@V's product (two-level) or P and S
@@ -895,7 +896,9 @@ if HAS_GLUON:
             b_pv = warpgroup_mma_wait(num_outstanding=0, deps=(o_tok,))
         else:  # a 16-bit P in registers is kept until its P@V is done
             b_pv, p_prev = warpgroup_mma_wait(num_outstanding=0, deps=(o_tok, p_prev))
-        if TWO_LEVEL:
+        if TWO_LEVEL and TWO_LEVEL_FMA:  # O to block j-1's reference and P_{j-1} V_{j-1} added: one FFMA (_kv_step)
+            b_o = b_o * gl.expand_dims(gl.convert_layout(o_alpha, gl.SliceLayout(1, o_layout)), 1) + b_pv
+        elif TWO_LEVEL:
             b_o = b_o + b_pv
         else:
             b_o = b_pv
@@ -908,13 +911,16 @@ if HAS_GLUON:
                                                     qk_scale, MASKED, CAUSAL, BLOCK_N, s_layout, ROW_SCALE,
                                                     P_SCALE_LOG2, P_PER_TILE, LEAN_SOFTMAX, True, m_ref,
                                                     MASK_PTX)  # fmt: skip
-        b_o = b_o * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
+        if TWO_LEVEL and TWO_LEVEL_FMA:
+            o_alpha = alpha
+        else:
+            b_o = b_o * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
         if P_SMEM:
             _p_store(_p_narrow(b_p, v_bufs.dtype), p_smem)
             p_next = p_prev
         else:
             p_next = _to_p(b_p, v_bufs.dtype, p_layout, LEAN_SOFTMAX)
-        return b_o, m_i, l_i, p_next, m_ref, b_l
+        return b_o, m_i, l_i, p_next, m_ref, b_l, o_alpha
 
     @gluon.jit
     def _kv_step(j, it0, turn0, q_smem, k_bufs, v_bufs, k_ready, v_ready, kv_empty, turns, s_zero,
@@ -924,11 +930,15 @@ if HAS_GLUON:
                  P_SCALE_LOG2: gl.constexpr, TWO_LEVEL: gl.constexpr, P_PER_TILE: gl.constexpr,
                  ROW_SCALE: gl.constexpr, LEAN_SOFTMAX: gl.constexpr, ones_smem=0, b_l=0, l_zero=0,
                  ROW_SUM_MMA: gl.constexpr = False, p_smem=0, P_SMEM: gl.constexpr = False,
-                 SOFTMAX_FENCE: gl.constexpr = False, MASK_PTX: gl.constexpr = False):  # fmt: skip
+                 SOFTMAX_FENCE: gl.constexpr = False, MASK_PTX: gl.constexpr = False,
+                 TWO_LEVEL_FMA: gl.constexpr = False, o_alpha=0):  # fmt: skip
         # S_j = Q K_j^T is issued before O += P_{j-1} V_{j-1}; the softmax of S_j overlaps that P@V. it0 / turn0: the
         # K/V blocks and wgmma turns this warpgroup has used before this tile (ring slots and phases go on).
         # ROW_SUM_MMA (two-level fp8 P@V): l as b_l [BM, ROW_SUM_COLS], P_{j-1} @ ones issued after its P@V (_pv_issue)
         # P_SMEM: P goes through p_smem (written once P_{j-1}'s P@V is done); p_prev is an unused placeholder.
+        # TWO_LEVEL_FMA (two-level): O is kept at block j-1's reference until P_{j-1} V_{j-1} is added, in one FFMA
+        # with the move there from j-2's (o_alpha, the previous step's alpha; this step's is returned as o_alpha),
+        # not an FADD and an FMUL (O at block j's reference as soon as the add is done).
         # PINGPONG 2 (serial, _kv_step_serial): P_{j-1} V_{j-1} is issued first and waited for before S_j is issued,
         # so the registers of one never wait beside the other's: three consumer warpgroups' 160 registers hold a
         # two-level fp8 P@V or a 16-bit P, while the other warpgroups' matmuls fill the tensor cores.
@@ -942,7 +952,7 @@ if HAS_GLUON:
                                    s_zero, o_zero, b_o, m_i, l_i, p_prev, m_ref, key_shift, q_pos, seq_k_len, diagonal,
                                    qk_scale, MASKED, CAUSAL, s_layout, o_layout, p_layout, WG, PINGPONG, V_KEY_MAJOR,
                                    P_SCALE_LOG2, TWO_LEVEL, P_PER_TILE, ROW_SCALE, LEAN_SOFTMAX, b_l, p_smem, P_SMEM,
-                                   V_FREE, MASK_PTX)  # fmt: skip
+                                   V_FREE, MASK_PTX, TWO_LEVEL_FMA, o_alpha)  # fmt: skip
         mbarrier.wait(k_ready.index(s), ((it0 + j) // STAGES) & 1)
         _wait_turn(turns, turn0 + j, WG, PINGPONG)
         s_tok = warpgroup_mma(q_smem, k_bufs.index(s).permute((1, 0)), s_zero, use_acc=False, is_async=True)
@@ -971,6 +981,11 @@ if HAS_GLUON:
                 mbarrier.arrive(kv_empty.index(V_FREE + sp), count=1)
                 b_o = (b_o + b_pv) * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
                 b_l = (b_l + b_ls) * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, b_l.type.layout)), 1)
+            elif TWO_LEVEL and TWO_LEVEL_FMA:
+                b_pv = warpgroup_mma_wait(num_outstanding=0, deps=(o_tok,))
+                mbarrier.arrive(kv_empty.index(V_FREE + sp), count=1)
+                b_o = b_o * gl.expand_dims(gl.convert_layout(o_alpha, gl.SliceLayout(1, o_layout)), 1) + b_pv
+                o_alpha = alpha
             elif TWO_LEVEL:
                 b_pv = warpgroup_mma_wait(num_outstanding=0, deps=(o_tok,))
                 mbarrier.arrive(kv_empty.index(V_FREE + sp), count=1)
@@ -989,7 +1004,7 @@ if HAS_GLUON:
             b_o = b_o * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
         if P_SMEM:
             _p_store(p_narrow, p_smem)
-        return b_o, m_i, l_i, p_next, m_ref, b_l
+        return b_o, m_i, l_i, p_next, m_ref, b_l, o_alpha
 
     @gluon.jit
     def _zero_rows_from(tile, first_row, num_warps: gl.constexpr):
@@ -1071,7 +1086,7 @@ if HAS_GLUON:
                   q_phase=0, VALID_D: gl.constexpr = 0, q_empty=0,
                   RELEASE_Q: gl.constexpr = False, ones_smem=0, ROW_SUM_MMA: gl.constexpr = False, p_bufs=0,
                   P_SMEM: gl.constexpr = False, SOFTMAX_FENCE: gl.constexpr = False,
-                  MASK_PTX: gl.constexpr = False):  # fmt: skip
+                  MASK_PTX: gl.constexpr = False, TWO_LEVEL_FMA: gl.constexpr = False):  # fmt: skip
         # This warpgroup's ROWS query rows start at row ROW0 of the tile; both warpgroups walk the tile's blocks.
         # QUANTIZE_Q: q_src is the tile's 16-bit q staged by the producer [BLOCK_M, D], rounded here into q_tile_smem
         # (see _quantize_q_rows); else unused. RELEASE_Q: arrive on q_empty once rounded (the persistent grid).
@@ -1167,6 +1182,7 @@ if HAS_GLUON:
                                                         qk_scale, True, CAUSAL, BLOCK_N, s_layout, QUANTIZE_Q,
                                                         P_SCALE_LOG2, P_PER_TILE_PV, LEAN_SOFTMAX,
                                                         not ROW_SUM_PV, m_ref, MASK_PTX)  # fmt: skip
+        o_alpha = alpha  # TWO_LEVEL_FMA: O's move to block 0's reference (O is 0; alpha is 0, finite)
         if P_SMEM:
             _p_store(_p_narrow(b_p, v_bufs.dtype), p_smem)
             p_prev = 0  # a placeholder the steps carry
@@ -1179,22 +1195,24 @@ if HAS_GLUON:
                 _zero_keys_outside(v_bufs.index(s0), -key_shift, seq_k_len, num_warps)
         # interior blocks: every key visible to every row, no mask
         for j in range(1, num_full):
-            b_o, m_i, l_i, p_prev, m_ref, b_l = _kv_step(j, it0, turn0, q_smem, k_bufs, v_bufs, k_ready,
+            b_o, m_i, l_i, p_prev, m_ref, b_l, o_alpha = _kv_step(j, it0, turn0, q_smem, k_bufs, v_bufs, k_ready,
                                                          v_ready, kv_empty, turns, s_zero, o_zero, b_o, m_i, l_i,
                                                          p_prev, m_ref, key_shift, q_pos, seq_k_len, diagonal, qk_scale,
                                                          False, CAUSAL, s_layout, o_layout, p_layout, WG, PINGPONG,
                                                          V_KEY_MAJOR, P_SCALE_LOG2, TWO_LEVEL_PV, P_PER_TILE_PV,
                                                          QUANTIZE_Q, LEAN_SOFTMAX, ones_smem, b_l, l_zero,
-                                                         ROW_SUM_PV, p_smem, P_SMEM, FENCE, MASK_PTX)  # fmt: skip
+                                                         ROW_SUM_PV, p_smem, P_SMEM, FENCE, MASK_PTX, TWO_LEVEL_FMA,
+                                                         o_alpha)  # fmt: skip
         # blocks on the causal diagonal or past the sequence's last key
         for j in range(gl.maximum(num_full, 1), num_blocks):
-            b_o, m_i, l_i, p_prev, m_ref, b_l = _kv_step(j, it0, turn0, q_smem, k_bufs, v_bufs, k_ready,
+            b_o, m_i, l_i, p_prev, m_ref, b_l, o_alpha = _kv_step(j, it0, turn0, q_smem, k_bufs, v_bufs, k_ready,
                                                          v_ready, kv_empty, turns, s_zero, o_zero, b_o, m_i, l_i,
                                                          p_prev, m_ref, key_shift, q_pos, seq_k_len, diagonal, qk_scale,
                                                          True, CAUSAL, s_layout, o_layout, p_layout, WG, PINGPONG,
                                                          V_KEY_MAJOR, P_SCALE_LOG2, TWO_LEVEL_PV, P_PER_TILE_PV,
                                                          QUANTIZE_Q, LEAN_SOFTMAX, ones_smem, b_l, l_zero,
-                                                         ROW_SUM_PV, p_smem, P_SMEM, FENCE, MASK_PTX)  # fmt: skip
+                                                         ROW_SUM_PV, p_smem, P_SMEM, FENCE, MASK_PTX, TWO_LEVEL_FMA,
+                                                         o_alpha)  # fmt: skip
         last = num_blocks - 1
         s_last = (it0 + last) % STAGES
         mbarrier.wait(v_ready.index(s_last), ((it0 + last) // STAGES) & 1)
@@ -1216,6 +1234,9 @@ if HAS_GLUON:
             b_o = b_o + b_pv
             # every column holds the row's sum: the max of a row's columns reads one of them
             l_i = gl.convert_layout(gl.max(b_l + b_ls, 1), row_layout)
+        elif TWO_LEVEL_PV and TWO_LEVEL_FMA:  # O to the last block's reference, its P@V added (_kv_step)
+            b_pv = warpgroup_mma_wait(num_outstanding=0, deps=(o_tok,))
+            b_o = b_o * gl.expand_dims(gl.convert_layout(o_alpha, gl.SliceLayout(1, o_layout)), 1) + b_pv
         elif TWO_LEVEL_PV:  # (P_PER_TILE_PV either way: the last block's P@V is at the reference O is kept at)
             b_o = b_o + warpgroup_mma_wait(num_outstanding=0, deps=(o_tok,))
         else:
@@ -1260,7 +1281,7 @@ if HAS_GLUON:
                           QUANTIZE_Q: gl.constexpr, Q_MAX: gl.constexpr, num_warps: gl.constexpr, it0, turn0, q_phase,
                           VALID_D: gl.constexpr, ones_smem, ROW_SUM_MMA: gl.constexpr, p_bufs=0,
                           P_SMEM: gl.constexpr = False, SOFTMAX_FENCE: gl.constexpr = False,
-                          MASK_PTX: gl.constexpr = False):  # fmt: skip
+                          MASK_PTX: gl.constexpr = False, TWO_LEVEL_FMA: gl.constexpr = False):  # fmt: skip
         # the default partition of gl.warp_specialize must return a tuple
         _consumer(q_tile_smem, k_bufs, v_bufs, q_ready, k_ready, v_ready, kv_empty, turns, q_src, out_ptr, lse_ptr,
                   seq_q_start, seq_q_len, q_tile_start, q_head, seq_k_len, num_blocks, key_shift, qk_scale, out_scale,
@@ -1268,7 +1289,7 @@ if HAS_GLUON:
                   PINGPONG, RETURN_LSE, ZERO_TAIL, FP8, P_SCALE_LOG2, TWO_LEVEL, P_PER_TILE, LEAN_SOFTMAX,
                   QUANTIZE_Q, Q_MAX,
                   num_warps, it0, turn0, q_phase, VALID_D, 0, False, ones_smem, ROW_SUM_MMA, p_bufs,
-                  P_SMEM, SOFTMAX_FENCE, MASK_PTX)  # fmt: skip
+                  P_SMEM, SOFTMAX_FENCE, MASK_PTX, TWO_LEVEL_FMA)  # fmt: skip
         return ()
 
     @gluon.jit
@@ -1463,7 +1484,8 @@ if HAS_GLUON:
                              Q_MAX: gl.constexpr,
                              HAS_Q_DESCALE: gl.constexpr, HAS_K_DESCALE: gl.constexpr, HAS_V_DESCALE: gl.constexpr,
                              num_warps: gl.constexpr, VALID_D: gl.constexpr,
-                             SOFTMAX_FENCE: gl.constexpr = False, MASK_PTX: gl.constexpr = False):  # fmt: skip
+                             SOFTMAX_FENCE: gl.constexpr = False, MASK_PTX: gl.constexpr = False,
+                             TWO_LEVEL_FMA: gl.constexpr = False):  # fmt: skip
         # One work item of a persistent consumer warpgroup (see _consumer_persistent); returns the updated counts
         BLOCK_M: gl.constexpr = 2 * ROWS  # the tile's rows: two warpgroups'
         HEAD_DIM: gl.constexpr = q_bufs.type.shape[2]
@@ -1497,7 +1519,7 @@ if HAS_GLUON:
                           FP8, P_SCALE_LOG2, TWO_LEVEL, P_PER_TILE, LEAN_SOFTMAX,
                           QUANTIZE_Q, Q_MAX, num_warps, it, it + items,
                           (items // Q_BUFS) & 1, VALID_D, q_empty.index(qb), QUANTIZE_Q,
-                          SOFTMAX_FENCE=SOFTMAX_FENCE, MASK_PTX=MASK_PTX)  # fmt: skip
+                          SOFTMAX_FENCE=SOFTMAX_FENCE, MASK_PTX=MASK_PTX, TWO_LEVEL_FMA=TWO_LEVEL_FMA)  # fmt: skip
                 if not QUANTIZE_Q:  # (QUANTIZE_Q: handed back once rounded, in _consumer)
                     mbarrier.arrive(q_empty.index(qb), count=1)  # this warpgroup's QK wgmmas are done with it
                 it += num_blocks
@@ -1521,7 +1543,7 @@ if HAS_GLUON:
                              HAS_Q_DESCALE: gl.constexpr, HAS_K_DESCALE: gl.constexpr, HAS_V_DESCALE: gl.constexpr,
                              num_warps: gl.constexpr, VALID_D: gl.constexpr, work_ids, work_ready, work_empty,
                              DYNAMIC: gl.constexpr, SOFTMAX_FENCE: gl.constexpr = False,
-                             MASK_PTX: gl.constexpr = False):  # fmt: skip
+                             MASK_PTX: gl.constexpr = False, TWO_LEVEL_FMA: gl.constexpr = False):  # fmt: skip
         # A consumer warpgroup's walk over the same work items as the producer: each tile as in the non-persistent
         # kernel (_consumer), its ring blocks, wgmma turns and Q buffer counted on from the tiles before. DYNAMIC: the
         # items come from the producer through work_ids (see _producer_persistent) until one is past the last.
@@ -1542,7 +1564,7 @@ if HAS_GLUON:
                 n_tile_slots, num_q_heads, GROUP, ROW0, ROWS, CAUSAL, PINGPONG, RETURN_LSE, ZERO_TAIL, PAGED,
                 PAGE_SIZE, HAS_SEQUSED, SEQ_FILTER, DECODE_MAX_Q, FP8, P_SCALE_LOG2, TWO_LEVEL, P_PER_TILE,
                 LEAN_SOFTMAX, QUANTIZE_Q, Q_MAX, HAS_Q_DESCALE, HAS_K_DESCALE, HAS_V_DESCALE, num_warps,
-                VALID_D, SOFTMAX_FENCE, MASK_PTX)  # fmt: skip
+                VALID_D, SOFTMAX_FENCE, MASK_PTX, TWO_LEVEL_FMA)  # fmt: skip
             if DYNAMIC:
                 taken += 1
                 work = _take_work(work_ids, work_ready, work_empty, taken, num_warps)
@@ -1568,7 +1590,7 @@ if HAS_GLUON:
                                      HAS_V_DESCALE: gl.constexpr, num_warps: gl.constexpr,
                                      VALID_D: gl.constexpr, work_ids, work_ready, work_empty,
                                      DYNAMIC: gl.constexpr, SOFTMAX_FENCE: gl.constexpr = False,
-                                     MASK_PTX: gl.constexpr = False):  # fmt: skip
+                                     MASK_PTX: gl.constexpr = False, TWO_LEVEL_FMA: gl.constexpr = False):  # fmt: skip
         _consumer_persistent(q_bufs, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, kv_empty, turns, q_src,
                              out_ptr, lse_ptr, cu_seqlens_q_ptr, cu_seqlens_k_ptr, seqused_k_ptr, q_descale_ptr,
                              k_descale_ptr, v_descale_ptr, num_seqs, total_q, total_k, max_blocks, softmax_scale,
@@ -1578,7 +1600,7 @@ if HAS_GLUON:
                              PINGPONG, RETURN_LSE, ZERO_TAIL, PAGED, PAGE_SIZE, HAS_SEQUSED, SEQ_FILTER,
                              DECODE_MAX_Q, FP8, P_SCALE_LOG2, TWO_LEVEL, P_PER_TILE, LEAN_SOFTMAX, QUANTIZE_Q, Q_MAX,
                              HAS_Q_DESCALE, HAS_K_DESCALE, HAS_V_DESCALE, num_warps, VALID_D, work_ids, work_ready,
-                             work_empty, DYNAMIC, SOFTMAX_FENCE, MASK_PTX)  # fmt: skip
+                             work_empty, DYNAMIC, SOFTMAX_FENCE, MASK_PTX, TWO_LEVEL_FMA)  # fmt: skip
         return ()
 
     # Lengths, counts and the widths they set (block table, lse rows) change per batch: not specialized, so a new
@@ -1680,6 +1702,7 @@ if HAS_GLUON:
         P_SMEM: gl.constexpr,  # not PERSISTENT: P reaches its P@V through shared memory, not registers (_p_store)
         SOFTMAX_FENCE: gl.constexpr,  # each P@V waited for after the softmax's exponentials (_after_softmax)
         MASK_PTX: gl.constexpr,  # masks scores with one compare per score in inline PTX (_mask_scores)
+        TWO_LEVEL_FMA: gl.constexpr,  # two-level P@V: O's rescale one block late, fused with the add (_kv_step)
         num_warps: gl.constexpr,
     ):
         if LAUNCH_DEPENDENTS:
@@ -1778,7 +1801,7 @@ if HAS_GLUON:
                         PAGED, PAGE_SIZE, HAS_SEQUSED, SEQ_FILTER, DECODE_MAX_Q, FP8, P_SCALE_LOG2, TWO_LEVEL,
                         P_PER_TILE, LEAN_SOFTMAX,
                         QUANTIZE_Q, Q_MAX, HAS_Q_DESCALE, HAS_K_DESCALE, HAS_V_DESCALE, num_warps,
-                        VALID_D, work_ids, work_ready, work_empty, DYNAMIC, SOFTMAX_FENCE, MASK_PTX)),
+                        VALID_D, work_ids, work_ready, work_empty, DYNAMIC, SOFTMAX_FENCE, MASK_PTX, TWO_LEVEL_FMA)),
                     (_consumer_persistent, (
                         q_bufs, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, kv_empty, turns, q_stage, out_ptr,
                         lse_ptr, cu_seqlens_q_ptr, cu_seqlens_k_ptr, seqused_k_ptr, q_descale_ptr, k_descale_ptr,
@@ -1789,7 +1812,7 @@ if HAS_GLUON:
                         PAGED, PAGE_SIZE, HAS_SEQUSED, SEQ_FILTER, DECODE_MAX_Q, FP8, P_SCALE_LOG2, TWO_LEVEL,
                         P_PER_TILE, LEAN_SOFTMAX,
                         QUANTIZE_Q, Q_MAX, HAS_Q_DESCALE, HAS_K_DESCALE, HAS_V_DESCALE, num_warps,
-                        VALID_D, work_ids, work_ready, work_empty, DYNAMIC, SOFTMAX_FENCE, MASK_PTX)),
+                        VALID_D, work_ids, work_ready, work_empty, DYNAMIC, SOFTMAX_FENCE, MASK_PTX, TWO_LEVEL_FMA)),
                     (_producer_persistent, (
                         q16_desc, k_desc, v_desc, q_stage, k_bufs, v_bufs, v_stage, q_ready, q_empty, k_ready, v_ready,
                         kv_empty,
@@ -1817,7 +1840,7 @@ if HAS_GLUON:
                           P_SCALE_LOG2, TWO_LEVEL, P_PER_TILE, LEAN_SOFTMAX,
                           QUANTIZE_Q, Q_MAX, HAS_Q_DESCALE, HAS_K_DESCALE,
                           HAS_V_DESCALE, num_warps, VALID_D, EARLY_K_RELEASE, ROW_SUM_MMA, CONSUMERS,
-                          P_SMEM, SOFTMAX_FENCE, MASK_PTX)  # fmt: skip
+                          P_SMEM, SOFTMAX_FENCE, MASK_PTX, TWO_LEVEL_FMA)  # fmt: skip
 
     @gluon.jit
     def _tile_program(q_desc, k_desc, v_desc, q16_desc, k_ptr, v_ptr, out_ptr, lse_ptr, cu_seqlens_q_ptr,
@@ -1837,7 +1860,8 @@ if HAS_GLUON:
                       HAS_K_DESCALE: gl.constexpr, HAS_V_DESCALE: gl.constexpr, num_warps: gl.constexpr,
                       VALID_D: gl.constexpr, EARLY_K_RELEASE: gl.constexpr,
                       ROW_SUM_MMA: gl.constexpr, CONSUMERS: gl.constexpr, P_SMEM: gl.constexpr,
-                      SOFTMAX_FENCE: gl.constexpr, MASK_PTX: gl.constexpr = False):  # fmt: skip
+                      SOFTMAX_FENCE: gl.constexpr, MASK_PTX: gl.constexpr = False,
+                      TWO_LEVEL_FMA: gl.constexpr = False):  # fmt: skip
         # One program per (q head, q tile slot): grid (Hq, slots). A consumer warpgroup per 64 rows: two on q_desc's
         # 128-row boxes, or three on three of its 64-row boxes (config `ws_consumers`)
         BLOCK_M: gl.constexpr = q_desc.block_type.shape[0] * (3 if CONSUMERS == 3 else 1)
@@ -1941,21 +1965,21 @@ if HAS_GLUON:
                                                  PINGPONG, RETURN_LSE, ZERO_TAIL, FP8, P_SCALE_LOG2, TWO_LEVEL,
                                                  P_PER_TILE, LEAN_SOFTMAX, QUANTIZE_Q, Q_MAX, num_warps, 0, 0, 0,
                                                  VALID_D, ones_smem, ROW_SUM_MMA, p_bufs, P_SMEM, SOFTMAX_FENCE,
-                                                 MASK_PTX)),
+                                                 MASK_PTX, TWO_LEVEL_FMA)),
                             (_consumer, (q_smem, k_bufs, v_bufs, q_ready, k_ready, v_ready, kv_empty, turns, q_stage,
                                          out_ptr, lse_ptr, seq_q_start, seq_q_len, q_tile_start, q_head, seq_k_len,
                                          num_blocks, key_shift, qk_scale, out_scale, stride_o_tok, stride_o_head,
                                          stride_lse_head, ROWS, ROWS, CAUSAL, PINGPONG, RETURN_LSE, ZERO_TAIL, FP8,
                                          P_SCALE_LOG2, TWO_LEVEL, P_PER_TILE, LEAN_SOFTMAX, QUANTIZE_Q, Q_MAX,
                                          num_warps, 0, 0, 0, VALID_D, 0, False, ones_smem, ROW_SUM_MMA, p_bufs,
-                                         P_SMEM, SOFTMAX_FENCE, MASK_PTX)),
+                                         P_SMEM, SOFTMAX_FENCE, MASK_PTX, TWO_LEVEL_FMA)),
                             (_consumer, (q_smem, k_bufs, v_bufs, q_ready, k_ready, v_ready, kv_empty, turns, q_stage,
                                          out_ptr, lse_ptr, seq_q_start, seq_q_len, q_tile_start, q_head, seq_k_len,
                                          num_blocks, key_shift, qk_scale, out_scale, stride_o_tok, stride_o_head,
                                          stride_lse_head, 2 * ROWS, ROWS, CAUSAL, PINGPONG, RETURN_LSE, ZERO_TAIL,
                                          FP8, P_SCALE_LOG2, TWO_LEVEL, P_PER_TILE, LEAN_SOFTMAX, QUANTIZE_Q, Q_MAX,
                                          num_warps, 0, 0, 0, VALID_D, 0, False, ones_smem, ROW_SUM_MMA, p_bufs,
-                                         P_SMEM, SOFTMAX_FENCE, MASK_PTX)),
+                                         P_SMEM, SOFTMAX_FENCE, MASK_PTX, TWO_LEVEL_FMA)),
                             (_producer, (q16_desc, k_desc, v_desc, q_stage, k_bufs, v_bufs, v_stage, q_ready,
                                          k_ready, v_ready, kv_empty, seq_q_start + q_tile_start, q_head * VALID_D,
                                          seq_k_start - key_shift, k_ptr, v_ptr, block_table_ptr, seq, stride_bt_seq,
@@ -1978,7 +2002,7 @@ if HAS_GLUON:
                                                  ROWS, CAUSAL, PINGPONG, RETURN_LSE, ZERO_TAIL, FP8, P_SCALE_LOG2,
                                                  TWO_LEVEL, P_PER_TILE, LEAN_SOFTMAX, QUANTIZE_Q, Q_MAX, num_warps,
                                                  0, 0, 0, VALID_D, ones_smem, ROW_SUM_MMA, p_bufs, P_SMEM,
-                                                 SOFTMAX_FENCE, MASK_PTX)),
+                                                 SOFTMAX_FENCE, MASK_PTX, TWO_LEVEL_FMA)),
                             (_consumer, (q_smem, k_bufs, v_bufs, q_ready, k_ready, v_ready, kv_empty, turns, q_stage,
                                          out_ptr, lse_ptr, seq_q_start, seq_q_len, q_tile_start, q_head, seq_k_len,
                                          num_blocks, key_shift, qk_scale, out_scale,
@@ -1986,7 +2010,7 @@ if HAS_GLUON:
                                          RETURN_LSE, ZERO_TAIL, FP8, P_SCALE_LOG2, TWO_LEVEL, P_PER_TILE, LEAN_SOFTMAX,
                                          QUANTIZE_Q,
                                          Q_MAX, num_warps, 0, 0, 0, VALID_D, 0, False, ones_smem, ROW_SUM_MMA,
-                                         p_bufs, P_SMEM, SOFTMAX_FENCE, MASK_PTX)),
+                                         p_bufs, P_SMEM, SOFTMAX_FENCE, MASK_PTX, TWO_LEVEL_FMA)),
                             (_producer, (q16_desc, k_desc, v_desc, q_stage, k_bufs, v_bufs, v_stage, q_ready, k_ready,
                                          v_ready, kv_empty, seq_q_start + q_tile_start, q_head * VALID_D,
                                          seq_k_start - key_shift, k_ptr, v_ptr, block_table_ptr, seq, stride_bt_seq,
@@ -2032,7 +2056,8 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
                         fp8_p_one_rounding: bool = False, dynamic: bool = False, dynamic_tail: int = 0,
                         uniform_ticket: bool = False, producer_regs: int = 0,
                         fp8_row_sum_mma: bool = False, consumers: int = 2, p_smem: bool = False,
-                        softmax_fence: bool = False, serial_pv: bool = False, mask_ptx: bool = False):  # fmt: skip
+                        softmax_fence: bool = False, serial_pv: bool = False, mask_ptx: bool = False,
+                        two_level_fma: bool = False):  # fmt: skip
     """(kernel, grid, args, constexprs, options) of one warp-specialized prefill launch; `supports` must hold.
 
     fp8 K/V: V is read from its key-major copy (`key_major_v`, made here); quantize_q rounds a 16-bit q to K's fp8
@@ -2061,6 +2086,8 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
     issued (its product or P and S never hold registers at once).
     softmax_fence: each block's P@V waited for after its softmax's exponentials (ptxas moves the wait before them).
     mask_ptx: masked blocks compare each score's key once, in inline PTX (_mask_scores).
+    two_level_fma (two-level fp8 P@V, not fp8_row_sum_mma): O is moved to a block's reference one block late, in the
+    same FMA that adds the next block's product (_kv_step).
     """
     total_q, num_q_heads, valid_d = q.shape
     head_dim = tile_head_dim(valid_d)  # the tiles' D; a smaller head size is padded (supports' pad_head_dim)
@@ -2212,6 +2239,7 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
         P_SMEM=p_smem_flat,
         SOFTMAX_FENCE=softmax_fence,
         MASK_PTX=mask_ptx,
+        TWO_LEVEL_FMA=two_level_fma and fp8 and not widened_v and two_level and not row_sum_mma,
     )
     return attention_fwd_hopper_kernel, grid, args, constexprs, {"num_warps": NUM_WARPS}
 
