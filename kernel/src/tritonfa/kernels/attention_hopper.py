@@ -777,7 +777,10 @@ if HAS_GLUON:
         # register (the second pair's is left unused): 2 conversions per 4 values instead of 4.
         IS_FP8: gl.constexpr = dtype.primitive_bitwidth == 8
         if IS_FP8:
-            p = _fp8_key_order(b_p)
+            # in the A operand's register order (free: no value changes thread): each asm instance below and in
+            # _fp8_operand then gets the four values of one operand register (the key order's layout groups two of
+            # a row with two of the row 8 below it: 16 PRMT more per block, sm_90)
+            p = gl.convert_layout(_fp8_key_order(b_p), p_layout, assert_trivial=True)
             if LEAN_SOFTMAX == 2:
                 # cvt ...e4m3x2.f32 d, a, b puts a in the high byte: values 0 1 -> lo, 2 3 -> hi, as _fp8_operand
                 p = gl.inline_asm_elementwise(
