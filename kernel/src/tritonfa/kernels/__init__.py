@@ -619,6 +619,21 @@ def _hopper_prefill_specs() -> list[dict[str, Any]]:
         suffix = (" FP8" if dtype == fp8 else "") + (" PERSISTENT" if programs else "")
         name = f"{fn.__name__}[hopper d{head_dim} CAUSAL={causal}{suffix} MASK_PTX]"
         specs.append(dict(name=name, fn=fn, bound_args=args, constexprs=constexprs, options=options, gluon=True))
+    # two-level fp8 P@V with O's rescale fused into the add (config `ws_two_level_fma`): non-causal D 128 and D 64 on
+    # the persistent grid, causal on key-major V in 128-key blocks (flat grid), three consumers' serial steps
+    for head_dim, programs, causal, block_n, three in (
+        (128, 132, False, 0, False), (64, 264, False, 0, False), (128, 0, True, 128, False), (128, 0, False, 128, True),
+    ):  # fmt: skip
+        extra = dict(consumers=3, p_smem=True, serial_pv=True) if three else {}
+        fn, args, constexprs, options = _plan_prefill_option(
+            head_dim, causal, programs, False, fp8, fp8, **{**schedule, **extra, "two_level_fma": True,
+                                                              "p_per_tile": True, "block_n": block_n}
+        )  # fmt: skip
+        assert constexprs["TWO_LEVEL_FMA"] and constexprs["PERSISTENT"] == bool(programs)
+        assert constexprs["CONSUMERS"] == (3 if three else 2)
+        suffix = (" PERSISTENT" if programs else "") + (" CONSUMERS=3 SERIAL_PV" if three else "")
+        name = f"{fn.__name__}[hopper d{head_dim} CAUSAL={causal} FP8 P_PER_TILE{suffix} TWO_LEVEL_FMA]"
+        specs.append(dict(name=name, fn=fn, bound_args=args, constexprs=constexprs, options=options, gluon=True))
     # each P@V waited for after the softmax's exponentials (config `ws_softmax_fence`): fp8 q/k/v non-causal (flat
     # grid, two- and one-level), 16-bit on the persistent grid on both masks and on the flat grid causal
     for programs, causal, dtype, two_level in (
