@@ -143,6 +143,19 @@ PREFILL_VARIANTS = {
         "ws_two_level_fma": True,
     },
     "ws-three-consumers-p-smem-serial-fma": {**THREE_P_SMEM, "ws_serial_pv": True, "ws_two_level_fma": True},
+    # causal fp8 on key-major V with both cuts of the masked and the interior step (mask in PTX, FFMA rescale)
+    "ws-fp8-causal-key-major-mask-ptx-fma": {
+        "ws_fp8_v16_contiguous": False,
+        "ws_mask_ptx": True,
+        "ws_two_level_fma": True,
+    },
+    "ws-fp8-causal-key-major-flat-bn128-mask-ptx-fma": {
+        "ws_fp8_v16_contiguous": False,
+        "ws_persistent": False,
+        "ws_block_n": 128,
+        "ws_mask_ptx": True,
+        "ws_two_level_fma": True,
+    },
     # each block's P@V waited for after the softmax's exponentials (ptxas puts that wait before them otherwise)
     "ws-softmax-fence": {"ws_softmax_fence": True},
     "ws-softmax-fence-one-level": {"ws_softmax_fence": True, "ws_fp8_two_level": False},
