@@ -1557,8 +1557,8 @@ def test_warp_specialized_quantized_q_equals_the_fp8_q_call(monkeypatch, causal)
 
 @pytest.mark.skipif(not attention_hopper.HAS_GLUON, reason="this triton has no Gluon")
 def test_mask_ptx_is_planned_where_configured(monkeypatch):
-    """`ws_mask_ptx` (opt-in): every Gluon prefill launch takes the one-compare mask when configured, none by
-    default."""
+    """`ws_mask_ptx` (Hopper's default since session 40): every Gluon prefill launch takes the one-compare mask when
+    configured, none with it off."""
     fp8 = torch.float8_e4m3fn
     cases = [
         make_inputs([300, 5], [300, 400], num_heads=(8, 2), head_size=128),
@@ -1568,12 +1568,12 @@ def test_mask_ptx_is_planned_where_configured(monkeypatch):
     ]
     for inputs in cases:
         for window_right in (0, -1):
-            assert not _constexprs(inputs, window_right=window_right)["MASK_PTX"], "off by default"
-    monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"ws_mask_ptx": True}}))
-    for inputs in cases:
-        for window_right in (0, -1):
             launch = _launches(inputs, window_right=window_right)[0]
             assert launch.fn.__name__ == WS and launch.constexprs["MASK_PTX"], window_right
+    monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"ws_mask_ptx": False}}))
+    for inputs in cases:
+        for window_right in (0, -1):
+            assert not _constexprs(inputs, window_right=window_right)["MASK_PTX"], "off when configured off"
 
 
 @pytest.mark.skipif(not (ON_HOPPER and attention_hopper.HAS_GLUON), reason="Gluon kernels run on a Hopper GPU only")
