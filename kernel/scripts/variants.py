@@ -136,6 +136,8 @@ PREFILL_VARIANTS = {
     },
     # two-level fp8 P@V: O's rescale one block late, in the FFMA that adds the block's product (session 40)
     "ws-two-level-fma": {"ws_two_level_fma": True},
+    # fp8 V's key-major copy through torch's strided copies (the form before session 40's transpose kernel)
+    "torch-v-copy": {"v_copy_kernel": False},
     "ws-fp8-causal-key-major-flat-bn128-fma": {
         "ws_fp8_v16_contiguous": False,
         "ws_persistent": False,

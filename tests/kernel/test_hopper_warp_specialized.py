@@ -25,7 +25,7 @@ from attn_testing import (
     scaled,
 )
 
-from tritonfa.kernels import attention_hopper
+from tritonfa.kernels import attention_hopper, key_major
 from tritonfa.kernels.attention import plan_attention
 
 ON_HOPPER = ON_GPU and torch.cuda.get_device_capability()[0] == 9 and not torch.version.hip
@@ -806,13 +806,13 @@ def test_which_fp8_calls_take_the_warp_specialized_path(monkeypatch):
 @pytest.mark.parametrize("total_k", [0, 5, 37, 64])
 def test_fp8_key_order_is_the_same_for_p_and_v(total_k):
     """The fp8 P@V reads P with each group of 16 keys reordered (the reshape/permute in attention_hopper._to_p) and V
-    from key_major_v's copy: both in one order, so the sum over keys is still P @ V; the copy's padding is zeros."""
+    from key_major_copy's: both in one order, so the sum over keys is still P @ V; the copy's padding is zeros."""
     fp8 = torch.float8_e4m3fn
     v = torch.randn(total_k, 2, 8).to(fp8)
-    storage = attention_hopper.key_major_v(v)  # [Hk, D, keys padded to 16]
+    storage = key_major.key_major_copy(v, key_order=True)  # [Hk, D, keys padded to 16]
     padded = storage.shape[-1]
     assert storage.dtype == fp8 and storage.shape == (2, 8, -(-total_k // 16) * 16)
-    order = torch.tensor(attention_hopper.FP8_KEY_ORDER)
+    order = torch.tensor(key_major.FP8_KEY_ORDER)
     slot = torch.arange(padded)
     key_of_slot = slot - slot % 16 + order[slot % 16]
     assert not storage.float()[:, :, key_of_slot >= total_k].any(), "padding keys are zeros"

@@ -18,7 +18,7 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 
 from tritonfa.configs import all_configs, select_config
 from tritonfa.fp8 import default_fp8_dtype
-from tritonfa.kernels import attention_hopper, attention_hopper_decode
+from tritonfa.kernels import attention_hopper, attention_hopper_decode, key_major
 from tritonfa.kernels.attention import _TORCH_TO_TL, MIN_BLOCKS_PER_SPLIT, KernelLaunch, plan_attention
 
 _SCALAR_FLOATS = ("softmax_scale", "softcap")
@@ -225,6 +225,16 @@ def cross_compile_specs(arch: str) -> list[dict[str, Any]]:
                     options=launch.options,
                 ),
             )
+    if arch in ("hopper", "blackwell"):
+        # fp8 V's key-major copy before an fp8 prefill (made while planning, so not among the launches above): the
+        # Gluon prefill's (keys in FP8_KEY_ORDER) and the portable kernel's, D 64 / 128 / 256
+        for head_dim, key_order in itertools.product((64, 128, 256), (True, False)):
+            v = torch.empty((1000, 4, 2, head_dim), dtype=torch.float8_e4m3fn, device="meta")[:, 1]
+            launch, _ = key_major.plan_key_major_copy(v, key_order)
+            signature, constexprs, attrs = _signature(KernelLaunch(*launch))
+            name = f"key_major_kernel[{arch} d{head_dim} KEY_ORDER={key_order}]"
+            specs[name] = dict(name=name, fn=launch[0], signature=signature, constexprs=constexprs, attrs=attrs,
+                               options=launch[4])  # fmt: skip
     if arch == "hopper" and attention_hopper.HAS_GLUON:
         specs.update({spec["name"]: spec for spec in _hopper_prefill_specs()})
         specs.update({spec["name"]: spec for spec in _hopper_decode_specs()})

@@ -43,6 +43,7 @@ from tritonfa.configs import (
 )
 from tritonfa.fp8 import FP8_DTYPES, OCP_FP8_DTYPES, descale_strides, fp8_max, is_fp8
 from tritonfa.kernels import attention_hopper, attention_hopper_decode, plan_cache, widen_kv
+from tritonfa.kernels.key_major import key_major_copy, key_major_copy_torch
 from tritonfa.kernels.launch import launch
 
 LOG2E = tl.constexpr(1.4426950408889634)
@@ -1175,6 +1176,7 @@ def _plan_hopper_prefill(
         config.ws_serial_pv or fp8_three,
         config.ws_mask_ptx,
         config.ws_two_level_fma,
+        config.v_copy_kernel,
     )  # fmt: skip
     return KernelLaunch(fn, grid, args, constexprs, options)
 
@@ -1250,7 +1252,9 @@ def _plan_launch(
 
     # Decode tiles read each V row once: a transposed copy of V would cost more than it saves.
     v_key_major = _wants_key_major_v(arch, v, paged) and config.block_m >= 64 and seq_filter != 2
-    v_storage = _key_major_copy(v) if v_key_major else None
+    v_storage = None
+    if v_key_major:
+        v_storage = key_major_copy(v, key_order=False) if config.v_copy_kernel else key_major_copy_torch(v, False)
     if v_storage is not None:
         v = v_storage[:, :, : v.shape[0]].permute(2, 0, 1)  # the same [total_k, Hk, Dv] tensor, keys contiguous
     k_desc, v_desc = _tensor_descriptors(config, arch, k, v, v_storage, paged, config.block_n, block_d, block_dv)
@@ -1491,19 +1495,6 @@ def _wants_key_major_v(arch: str, v: torch.Tensor, paged: bool) -> bool:
     if os.environ.get("TRITONFA_FP8_V_TRANSPOSE", "1") == "0":
         return False
     return is_fp8(v.dtype) and not paged and arch in ("hopper", "blackwell") and v.stride(0) != 1
-
-
-def _key_major_copy(v: torch.Tensor) -> torch.Tensor:
-    """V [total_k, Hk, Dv] copied to storage [Hk, Dv, total_k padded to 16] (keys contiguous).
-
-    The padding keeps the Dv stride a multiple of 16 whatever total_k is, so the stride's alignment never
-    triggers a recompile and the storage can back a tensor descriptor.
-    """
-    total_k, num_heads, head_dim = v.shape
-    padded = _cdiv(total_k, 16) * 16
-    storage = torch.empty((num_heads, head_dim, padded), dtype=v.dtype, device=v.device)
-    storage[:, :, :total_k].copy_(v.permute(1, 2, 0))
-    return storage
 
 
 # Each split of a split-KV launch covers at least this many key blocks (else the combine costs more than it saves).

@@ -43,6 +43,7 @@ import triton
 
 from tritonfa.fp8 import descale_strides, fp8_max, is_fp8, p_scale
 from tritonfa.kernels import plan_cache
+from tritonfa.kernels.key_major import key_major_copy, key_major_copy_torch
 
 try:  # Gluon ships with triton >= 3.5; without it the launcher never picks this path
     from triton.experimental import gluon
@@ -152,38 +153,6 @@ def tiles_for(
     if head_dim <= 128:
         return 128, 2
     return 64, 2
-
-
-# fp8 P@V: within each group of 16 keys, the key that A-operand slot s of P holds (see _to_p). Slot s = 4a + 2b + c
-# holds key 8b + 2a + c: the reshape [2, 4, 2] -> permute (1, 0, 2) of a group's keys.
-FP8_KEY_GROUP = 16
-FP8_KEY_ORDER = tuple(8 * ((s // 2) % 2) + 2 * (s // 4) + s % 2 for s in range(FP8_KEY_GROUP))
-
-
-def key_major_v(v: torch.Tensor) -> torch.Tensor:
-    """V [total_k, Hk, D] copied key-major for the fp8 P@V: [Hk, D, total_k padded to 16], each aligned group of 16
-    keys in FP8_KEY_ORDER (slot s holds key FP8_KEY_ORDER[s]); the padding holds zeros.
-
-    Strided copies only (no index tensors: nothing crosses from the host, so it can be captured in a CUDA graph).
-    """
-    total_k, num_heads, head_dim = v.shape
-    groups, rem = divmod(total_k, FP8_KEY_GROUP)
-    padded = (groups + (rem > 0)) * FP8_KEY_GROUP
-    raw = v.view(torch.uint8) if v.element_size() == 1 else v  # fp8 copies through uint8: no fp8 kernels needed
-    storage = torch.empty((num_heads, head_dim, padded), dtype=raw.dtype, device=v.device)
-
-    def reorder(src: torch.Tensor, first: int, count: int) -> None:
-        # src [count * 16, Hk, D] -> storage[:, :, first : first + count * 16] with keys (b, a, c) stored as (a, b, c)
-        grouped = src.view(count, 2, 4, 2, num_heads, head_dim).permute(4, 5, 0, 2, 1, 3)
-        storage[:, :, first : first + count * FP8_KEY_GROUP].view(num_heads, head_dim, count, 4, 2, 2).copy_(grouped)
-
-    if groups:
-        reorder(raw[: groups * FP8_KEY_GROUP], 0, groups)
-    if rem:
-        tail = torch.zeros((FP8_KEY_GROUP, num_heads, head_dim), dtype=raw.dtype, device=v.device)
-        tail[:rem] = raw[groups * FP8_KEY_GROUP :]
-        reorder(tail, groups * FP8_KEY_GROUP, 1)
-    return storage.view(v.dtype)
 
 
 def widens_k(q_dtype: torch.dtype, k_dtype: torch.dtype, quantize_q: bool) -> bool:
@@ -763,7 +732,7 @@ if HAS_GLUON:
     def _fp8_key_order(b_p):
         # [BM, BN] with the keys of each 16-key group reordered 0 1 8 9 2 3 10 11 4 5 12 13 6 7 14 15: then the four
         # P values of one fp8 A-operand register are already in one thread (the key-major V copy holds its keys in
-        # the same order, FP8_KEY_ORDER). A reshape of registers: no data moves.
+        # the same order, key_major.FP8_KEY_ORDER). A reshape of registers: no data moves.
         BM: gl.constexpr = b_p.type.shape[0]
         BN: gl.constexpr = b_p.type.shape[1]
         return gl.reshape(gl.permute(gl.reshape(b_p, [BM, BN // 16, 2, 4, 2]), [0, 1, 3, 2, 4]), [BM, BN])
@@ -2060,10 +2029,11 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
                         uniform_ticket: bool = False, producer_regs: int = 0,
                         fp8_row_sum_mma: bool = False, consumers: int = 2, p_smem: bool = False,
                         softmax_fence: bool = False, serial_pv: bool = False, mask_ptx: bool = False,
-                        two_level_fma: bool = False):  # fmt: skip
+                        two_level_fma: bool = False, v_copy_kernel: bool = True):  # fmt: skip
     """(kernel, grid, args, constexprs, options) of one warp-specialized prefill launch; `supports` must hold.
 
-    fp8 K/V: V is read from its key-major copy (`key_major_v`, made here); quantize_q rounds a 16-bit q to K's fp8
+    fp8 K/V: V is read from its key-major copy (key_major.key_major_copy, made here; v_copy_kernel False: through
+    torch's strided copies instead); quantize_q rounds a 16-bit q to K's fp8
     type in the kernel. Descales: fp32 of shape [], [1] or [batch, Hk]. stages: K/V ring slots (0: tiles_for's).
     paged_tma: a paged cache whose pages `paged_tma_view` describes is read through TMA (else cp.async gathers).
     persistent_programs: > 0, a persistent grid of at most that many programs (one per SM slot) walks the tiles in
@@ -2156,7 +2126,7 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
         k_desc = descriptor(k, block_n)
         if fp8:
             # [Hk * D, keys] in tiles [D, BLOCK_N]: keys contiguous, the K-major B operand of the fp8 P@V
-            v_key_major = key_major_v(v)
+            v_key_major = key_major_copy(v, key_order=True) if v_copy_kernel else key_major_copy_torch(v, True)
             padded = v_key_major.shape[-1]
             layout = _smem_layout(head_dim, block_n, v.dtype)
             v_desc = GluonTensorDescriptor(v_key_major, [num_kv_heads * head_dim, padded], [padded, 1],
