@@ -1673,3 +1673,22 @@ def test_warp_specialized_two_level_fma_matches_reference(monkeypatch, form, cau
     descales = {name: fp8_descale("per_head", inputs.batch, inputs.num_kv_heads)
                 for name in ("q_descale", "k_descale", "v_descale")}  # fmt: skip
     check_low_precision(inputs, causal=causal, **descales)
+
+
+@pytest.mark.skipif(not (ON_HOPPER and attention_hopper.HAS_GLUON), reason="Gluon kernels run on a Hopper GPU only")
+@pytest.mark.parametrize("head_size", [64, 128])
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("kernel", ["gluon", "portable"])
+def test_fp8_prefill_with_the_v_copy_kernel_matches_reference(monkeypatch, head_size, causal, kernel):
+    """`v_copy_kernel`: V's key-major copy by key_major.py's transpose (Gluon: keys in FP8_KEY_ORDER; the portable
+    kernel: in order), causal on key-major V too; NaN keys past every sequence (the copy's padding must be zeros),
+    per-head descales: against the reference."""
+    config = {"v_copy_kernel": True, "ws_fp8_v16_contiguous": False}
+    if kernel == "portable":
+        config["ws_fp8"] = False
+    monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": config}))
+    inputs = _fp8_batch(head_size, torch.float8_e4m3fn, use_seqused_k=True)
+    assert _plan(inputs)[0] == (WS if kernel == "gluon" else PORTABLE)
+    descales = {name: fp8_descale("per_head", inputs.batch, inputs.num_kv_heads)
+                for name in ("q_descale", "k_descale", "v_descale")}  # fmt: skip
+    check_low_precision(inputs, causal=causal, **descales)

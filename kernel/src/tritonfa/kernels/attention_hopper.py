@@ -2029,11 +2029,11 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
                         uniform_ticket: bool = False, producer_regs: int = 0,
                         fp8_row_sum_mma: bool = False, consumers: int = 2, p_smem: bool = False,
                         softmax_fence: bool = False, serial_pv: bool = False, mask_ptx: bool = False,
-                        two_level_fma: bool = False, v_copy_kernel: bool = True):  # fmt: skip
+                        two_level_fma: bool = False, v_copy_kernel: bool = False):  # fmt: skip
     """(kernel, grid, args, constexprs, options) of one warp-specialized prefill launch; `supports` must hold.
 
-    fp8 K/V: V is read from its key-major copy (key_major.key_major_copy, made here; v_copy_kernel False: through
-    torch's strided copies instead); quantize_q rounds a 16-bit q to K's fp8
+    fp8 K/V: V is read from its key-major copy, made here (v_copy_kernel: by key_major.py's transpose kernel, else
+    through torch's strided copies); quantize_q rounds a 16-bit q to K's fp8
     type in the kernel. Descales: fp32 of shape [], [1] or [batch, Hk]. stages: K/V ring slots (0: tiles_for's).
     paged_tma: a paged cache whose pages `paged_tma_view` describes is read through TMA (else cp.async gathers).
     persistent_programs: > 0, a persistent grid of at most that many programs (one per SM slot) walks the tiles in

@@ -101,9 +101,10 @@ def key_major_copy_torch(v: torch.Tensor, key_order: bool) -> torch.Tensor:
     groups, rem = divmod(total_k, FP8_KEY_GROUP)
     padded = (groups + (rem > 0)) * FP8_KEY_GROUP
     raw = v.view(torch.uint8)
-    storage = torch.zeros((num_heads, head_dim, padded), dtype=raw.dtype, device=v.device)
+    storage = torch.empty((num_heads, head_dim, padded), dtype=raw.dtype, device=v.device)
     if not key_order:
         storage[:, :, :total_k].copy_(raw.permute(1, 2, 0))
+        storage[:, :, total_k:].zero_()
         return storage.view(v.dtype)
 
     def reorder(src: torch.Tensor, first: int, count: int) -> None:
