@@ -45,6 +45,8 @@
 #                          (row_sum_probe.log)
 #   long-context           kernel/scripts/fp8_long_context.py: fp8 non-causal over 4k-32k keys, the output's mean and
 #                          error against float64 per variant (one- vs two-level P@V; LONG_CONTEXT_VARIANTS)
+#   key-major-copy         fp8 V's key-major copy: tests/kernel/test_key_major.py, then kernel/scripts/key_major_copy.py
+#                          (the Triton transpose against torch's copies; key_major_copy.log / .json)
 #   fp8-study              the fp8 error study on the GPU (accuracy/fp8_error_study.py --device cuda): its log and
 #                          fp8_error_table.{md,json} into RESULTS_DIR (exit status in fp8_study.rc)
 #   mask-cost              bounds on vs off (kernel/scripts/mask_cost.py, MASK_COST_ROUNDS rounds, default 3;
@@ -192,6 +194,10 @@ train_model() {  # the model into its folder unless it is there; its train_info.
       long-context)  # LONG_CONTEXT_VARIANTS: variants.py names (default: the script's)
         timeout -s KILL 600 python3 kernel/scripts/fp8_long_context.py --out "$out" \
           ${LONG_CONTEXT_VARIANTS:+--variants "$LONG_CONTEXT_VARIANTS"} 2>&1 | tee "$out/fp8_long_context.log" | tail -n 12 ;;
+      key-major-copy)
+        timeout -s KILL 300 python3 -m pytest tests/kernel/test_key_major.py -q -p no:cacheprovider 2>&1 |
+          tee "$out/key_major_tests.log" | tail -n 3
+        timeout -s KILL 300 python3 kernel/scripts/key_major_copy.py --out "$out" 2>&1 | tee "$out/key_major_copy.log" ;;
       fp8-study)
         timeout -s KILL 600 python3 accuracy/fp8_error_study.py --device cuda --out-dir "$out" 2>&1 |
           tee "$out/fp8_study.log" | tail -n 12
