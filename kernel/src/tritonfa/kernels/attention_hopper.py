@@ -1167,24 +1167,20 @@ if HAS_GLUON:
                 _zero_keys_outside(v_bufs.index(s0), -key_shift, seq_k_len, num_warps)
         # interior blocks: every key visible to every row, no mask
         for j in range(1, num_full):
-            b_o, m_i, l_i, p_prev, m_ref, b_l, o_alpha = _kv_step(j, it0, turn0, q_smem, k_bufs, v_bufs, k_ready,
-                                                         v_ready, kv_empty, turns, s_zero, o_zero, b_o, m_i, l_i,
-                                                         p_prev, m_ref, key_shift, q_pos, seq_k_len, diagonal, qk_scale,
-                                                         False, CAUSAL, s_layout, o_layout, p_layout, WG, PINGPONG,
-                                                         V_KEY_MAJOR, P_SCALE_LOG2, TWO_LEVEL_PV, P_PER_TILE_PV,
-                                                         QUANTIZE_Q, LEAN_SOFTMAX, ones_smem, b_l, l_zero,
-                                                         ROW_SUM_PV, p_smem, P_SMEM, FENCE, MASK_PTX, TWO_LEVEL_FMA,
-                                                         o_alpha)  # fmt: skip
+            b_o, m_i, l_i, p_prev, m_ref, b_l, o_alpha = _kv_step(
+                j, it0, turn0, q_smem, k_bufs, v_bufs, k_ready, v_ready, kv_empty, turns, s_zero, o_zero, b_o, m_i,
+                l_i, p_prev, m_ref, key_shift, q_pos, seq_k_len, diagonal, qk_scale, False, CAUSAL, s_layout,
+                o_layout, p_layout, WG, PINGPONG, V_KEY_MAJOR, P_SCALE_LOG2, TWO_LEVEL_PV, P_PER_TILE_PV, QUANTIZE_Q,
+                LEAN_SOFTMAX, ones_smem, b_l, l_zero, ROW_SUM_PV, p_smem, P_SMEM, FENCE, MASK_PTX, TWO_LEVEL_FMA,
+                o_alpha)  # fmt: skip
         # blocks on the causal diagonal or past the sequence's last key
         for j in range(gl.maximum(num_full, 1), num_blocks):
-            b_o, m_i, l_i, p_prev, m_ref, b_l, o_alpha = _kv_step(j, it0, turn0, q_smem, k_bufs, v_bufs, k_ready,
-                                                         v_ready, kv_empty, turns, s_zero, o_zero, b_o, m_i, l_i,
-                                                         p_prev, m_ref, key_shift, q_pos, seq_k_len, diagonal, qk_scale,
-                                                         True, CAUSAL, s_layout, o_layout, p_layout, WG, PINGPONG,
-                                                         V_KEY_MAJOR, P_SCALE_LOG2, TWO_LEVEL_PV, P_PER_TILE_PV,
-                                                         QUANTIZE_Q, LEAN_SOFTMAX, ones_smem, b_l, l_zero,
-                                                         ROW_SUM_PV, p_smem, P_SMEM, FENCE, MASK_PTX, TWO_LEVEL_FMA,
-                                                         o_alpha)  # fmt: skip
+            b_o, m_i, l_i, p_prev, m_ref, b_l, o_alpha = _kv_step(
+                j, it0, turn0, q_smem, k_bufs, v_bufs, k_ready, v_ready, kv_empty, turns, s_zero, o_zero, b_o, m_i,
+                l_i, p_prev, m_ref, key_shift, q_pos, seq_k_len, diagonal, qk_scale, True, CAUSAL, s_layout,
+                o_layout, p_layout, WG, PINGPONG, V_KEY_MAJOR, P_SCALE_LOG2, TWO_LEVEL_PV, P_PER_TILE_PV, QUANTIZE_Q,
+                LEAN_SOFTMAX, ones_smem, b_l, l_zero, ROW_SUM_PV, p_smem, P_SMEM, FENCE, MASK_PTX, TWO_LEVEL_FMA,
+                o_alpha)  # fmt: skip
         last = num_blocks - 1
         s_last = (it0 + last) % STAGES
         mbarrier.wait(v_ready.index(s_last), ((it0 + last) // STAGES) & 1)
