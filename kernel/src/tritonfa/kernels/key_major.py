@@ -3,8 +3,9 @@ V with the keys contiguous. One launch per call copies V [total_k, Hk, D] to [Hk
 
 A transpose in tiles: each program reads BLOCK_KEYS rows of one head (D contiguous) and writes them as D rows of
 BLOCK_KEYS keys (keys contiguous), so both sides move whole lines. torch's strided `copy_` of the permuted view
-moved the same bytes at a tenth of that speed (H100, session 40: 114 us for 16384 keys x 8 heads x 128 fp8 values,
-a plain copy of them 12.7 us; `kernel/scripts/key_major_copy.py`).
+(`key_major_copy_torch`, the config's other form) moved the bytes at a tenth of a plain copy's speed (H100, session
+40: 114 us for 16384 keys x 8 heads x 128 fp8 values, a plain copy 12.7 us); `kernel/scripts/key_major_copy.py`
+times the three.
 
 KEY_ORDER (the Gluon prefill's copy): slot s of each group of 16 keys holds key FP8_KEY_ORDER[s], the order in which
 the fp8 P's values of one A-operand register sit in a thread (attention_hopper._fp8_key_order). Keys past total_k
