@@ -138,6 +138,12 @@ PREFILL_VARIANTS = {
     "ws-two-level-fma": {"ws_two_level_fma": True},
     # fp8 V's key-major copy by the Triton transpose (kernels/key_major.py) instead of torch's strided copies
     "v-copy-kernel": {"v_copy_kernel": True},
+    "v-copy-kernel-causal-key-major-mask-ptx-fma": {
+        "v_copy_kernel": True,
+        "ws_fp8_v16_contiguous": False,
+        "ws_mask_ptx": True,
+        "ws_two_level_fma": True,
+    },
     "v-copy-kernel-causal-key-major-flat-bn128-mask-ptx-fma": {
         "v_copy_kernel": True,
         "ws_fp8_v16_contiguous": False,
