@@ -43,7 +43,7 @@ from tritonfa.configs import (
 )
 from tritonfa.fp8 import FP8_DTYPES, OCP_FP8_DTYPES, descale_strides, fp8_max, is_fp8
 from tritonfa.kernels import attention_hopper, attention_hopper_decode, plan_cache, widen_kv
-from tritonfa.kernels.key_major import key_major_copy, key_major_copy_torch
+from tritonfa.kernels.key_major import key_major_copy
 from tritonfa.kernels.launch import launch
 
 LOG2E = tl.constexpr(1.4426950408889634)
@@ -1252,9 +1252,7 @@ def _plan_launch(
 
     # Decode tiles read each V row once: a transposed copy of V would cost more than it saves.
     v_key_major = _wants_key_major_v(arch, v, paged) and config.block_m >= 64 and seq_filter != 2
-    v_storage = None
-    if v_key_major:
-        v_storage = key_major_copy(v, key_order=False) if config.v_copy_kernel else key_major_copy_torch(v, False)
+    v_storage = key_major_copy(v, key_order=False, kernel=config.v_copy_kernel) if v_key_major else None
     if v_storage is not None:
         v = v_storage[:, :, : v.shape[0]].permute(2, 0, 1)  # the same [total_k, Hk, Dv] tensor, keys contiguous
     k_desc, v_desc = _tensor_descriptors(config, arch, k, v, v_storage, paged, config.block_n, block_d, block_dv)

@@ -43,7 +43,7 @@ import triton
 
 from tritonfa.fp8 import descale_strides, fp8_max, is_fp8, p_scale
 from tritonfa.kernels import plan_cache
-from tritonfa.kernels.key_major import key_major_copy, key_major_copy_torch
+from tritonfa.kernels.key_major import key_major_copy
 
 try:  # Gluon ships with triton >= 3.5; without it the launcher never picks this path
     from triton.experimental import gluon
@@ -2122,7 +2122,7 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
         k_desc = descriptor(k, block_n)
         if fp8:
             # [Hk * D, keys] in tiles [D, BLOCK_N]: keys contiguous, the K-major B operand of the fp8 P@V
-            v_key_major = key_major_copy(v, key_order=True) if v_copy_kernel else key_major_copy_torch(v, True)
+            v_key_major = key_major_copy(v, key_order=True, kernel=v_copy_kernel)
             padded = v_key_major.shape[-1]
             layout = _smem_layout(head_dim, block_n, v.dtype)
             v_desc = GluonTensorDescriptor(v_key_major, [num_kv_heads * head_dim, padded], [padded, 1],

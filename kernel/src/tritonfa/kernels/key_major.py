@@ -83,13 +83,13 @@ def plan_key_major_copy(v: torch.Tensor, key_order: bool, out: torch.Tensor | No
     return (key_major_kernel, grid, args, constexprs, {"num_warps": 8, "num_stages": 1}), out
 
 
-def key_major_copy(v: torch.Tensor, key_order: bool, out: torch.Tensor | None = None) -> torch.Tensor:
-    """plan_key_major_copy's storage, written (no launch on meta tensors; torch's copies where Triton cannot run)."""
+def key_major_copy(v: torch.Tensor, key_order: bool, kernel: bool = True, out: torch.Tensor | None = None):
+    """plan_key_major_copy's storage, written by its kernel, or (kernel False - config `v_copy_kernel` - or where
+    Triton cannot run) by torch's copies; no launch on meta tensors."""
+    if not kernel or (v.device.type not in ("cuda", "meta") and os.environ.get("TRITON_INTERPRET") != "1"):
+        return key_major_copy_torch(v, key_order) if out is None else out.copy_(key_major_copy_torch(v, key_order))
     launch, out = plan_key_major_copy(v, key_order, out)
     if launch is None or v.device.type == "meta":
-        return out
-    if v.device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
-        out.copy_(key_major_copy_torch(v, key_order))
         return out
     launch_kernel(*launch)
     return out
@@ -98,6 +98,7 @@ def key_major_copy(v: torch.Tensor, key_order: bool, out: torch.Tensor | None = 
 def key_major_copy_torch(v: torch.Tensor, key_order: bool) -> torch.Tensor:
     """key_major_copy through torch's strided copies (no index tensors: nothing crosses from the host), for devices
     Triton cannot launch on, and as the reference of the kernel's tests and `kernel/scripts/key_major_copy.py`."""
+    assert v.element_size() == 1, f"v: a one-byte (fp8) dtype, not {v.dtype}"
     total_k, num_heads, head_dim = v.shape
     groups, rem = divmod(total_k, FP8_KEY_GROUP)
     padded = (groups + (rem > 0)) * FP8_KEY_GROUP
