@@ -19,7 +19,9 @@ case "$action" in
   start)
     results="${2:?usage: device_session.sh start RESULTS_DIR}"
     mkdir -p "$stage" "$(dirname "$results")"
-    cp -r .devbundle/q0/* .devbundle/run "$stage/"
+    # The tree plus part 0 can pass the 64 MiB a call carries: then part 0 (and run/) come with a later `part 0`.
+    if [ -d .devbundle/q0 ]; then cp -r .devbundle/q0/* "$stage/"; fi
+    if [ -d .devbundle/run ]; then cp -r .devbundle/run "$stage/"; fi
     card="$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1)"
     echo "$card"
     case "$card" in *H200*) steps="$H200_STEPS" ;; *) steps="$OTHER_STEPS" ;; esac
@@ -32,6 +34,7 @@ case "$action" in
     part="${2:?usage: device_session.sh part I RESULTS_DIR}"
     results="${3:?usage: device_session.sh part I RESULTS_DIR}"
     cp .devbundle/"q$part"/* "$stage/"
+    if [ -d .devbundle/run ]; then cp -r .devbundle/run "$stage/"; fi
     if [ "${4:-}" = last ]; then
       bash "$stage/run/install.sh" > /root/install.log 2>&1 && touch "$site/READY"
       tail -n 1 /root/install.log
