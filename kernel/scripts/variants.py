@@ -136,22 +136,9 @@ PREFILL_VARIANTS = {
     },
     # two-level fp8 P@V: O's rescale one block late, in the FFMA that adds the block's product (session 40)
     "ws-two-level-fma": {"ws_two_level_fma": True},
-    # fp8 V's key-major copy by the Triton transpose (kernels/key_major.py) instead of torch's strided copies
-    "v-copy-kernel": {"v_copy_kernel": True},
-    "v-copy-kernel-causal-key-major-mask-ptx-fma": {
-        "v_copy_kernel": True,
-        "ws_fp8_v16_contiguous": False,
-        "ws_mask_ptx": True,
-        "ws_two_level_fma": True,
-    },
-    "v-copy-kernel-causal-key-major-flat-bn128-mask-ptx-fma": {
-        "v_copy_kernel": True,
-        "ws_fp8_v16_contiguous": False,
-        "ws_persistent": False,
-        "ws_block_n": 128,
-        "ws_mask_ptx": True,
-        "ws_two_level_fma": True,
-    },
+    # fp8 V's key-major copy by torch's strided copies instead of the Triton transpose (kernels/key_major.py)
+    "v-copy-torch": {"v_copy_kernel": False},
+    "ws-fp8-causal-key-major-fma": {"ws_fp8_v16_contiguous": False, "ws_two_level_fma": True},
     "ws-fp8-causal-key-major-flat-bn128-fma": {
         "ws_fp8_v16_contiguous": False,
         "ws_persistent": False,

@@ -38,11 +38,11 @@ class AttentionConfig:
     tma: bool = False  # contiguous K/V through tensor descriptors (Hopper's TMA) instead of pointer loads
     fp8_q_for_fp8_kv: bool = False  # opt-in: a 16-bit q with an fp8 KV cache is rounded to fp8 (per-row scale)
     tma_key_major_v: bool = False  # with tma: fp8 V's key-major copy through a descriptor too (Hopper: on)
-    # fp8 V's key-major copy (Hopper, Blackwell prefill) by key_major.py's transpose kernel, not torch's strided
-    # copies, which moved the bytes at a tenth of a plain copy's speed (H100, session 40: 114 us for 16384 keys x 8
-    # heads x 128, ~13% of an fp8 b8x2048 non-causal prefill). Written after the session's device time was spent:
-    # its GPU tests (tests/kernel/test_key_major.py) and A/B have not run yet - opt-in until they have
-    v_copy_kernel: bool = False
+    # fp8 V's key-major copy (Hopper, Blackwell prefill; the portable kernel's fp8 path) by key_major.py's transpose
+    # kernel; False: torch's strided copies, which move the bytes at a tenth of a plain copy's speed (H100, session
+    # 40: 114 us for 16384 keys x 8 heads x 128). H100, session 41, 8 pairs: fp8 b8x2048 non-causal -9.4% (8/8),
+    # b4x4096 non-causal -5.3% (7/8); the copy 117 -> 53 us
+    v_copy_kernel: bool = True
     k_rows: bool = False  # pointer loads of K as rows like V (paged prefill: fewer address instructions; unmeasured)
     # paged decode tiles fetch the block ids a step ahead, as prefill tiles always do: the K/V loads then depend on
     # no load of their own step and Triton's pipeliner keeps num_stages - 1 buffers instead of (num_stages - 1) // 2
