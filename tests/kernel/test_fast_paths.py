@@ -90,7 +90,8 @@ def test_hopper_fp8_prefill_descriptor_k_with_key_major_v(monkeypatch, q_dtype, 
     seqlens = [scaled(70, 700), scaled(17, 301), scaled(130, 1000)]
     inputs = make_inputs(seqlens, seqlens, num_heads=(8, 2), head_size=64, dtype=q_dtype,
                          kv_dtype=torch.float8_e4m3fn)  # fmt: skip
-    [prefill, _] = _plan(inputs, "hopper")
+    [copy, prefill, _] = _plan(inputs, "hopper")  # V's key-major copy (config v_copy_kernel), prefill, decode
+    assert copy.fn.__name__ == "key_major_kernel" and not copy.constexprs["KEY_ORDER"]
     assert prefill.constexprs["USE_TMA"] and prefill.constexprs["V_KEY_MAJOR"]
     assert prefill.constexprs["V_TMA"] == v_descriptor
     check_low_precision(inputs, causal=True)

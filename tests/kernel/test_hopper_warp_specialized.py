@@ -25,7 +25,7 @@ from attn_testing import (
     scaled,
 )
 
-from tritonfa.kernels import attention_hopper, key_major
+from tritonfa.kernels import attention_hopper, key_major, plan_cache
 from tritonfa.kernels.attention import plan_attention
 
 ON_HOPPER = ON_GPU and torch.cuda.get_device_capability()[0] == 9 and not torch.version.hip
@@ -43,11 +43,16 @@ def _args(inputs):
     )  # fmt: skip
 
 
-def _launches(inputs, **kwargs):
+def _all_launches(inputs, **kwargs):
     args = {**_args(inputs), **kwargs}
     # on meta tensors, as CI's cross-compile plans: the choice must not depend on where this test runs
     meta = {name: value.to("meta") if isinstance(value, torch.Tensor) else value for name, value in args.items()}
     return plan_attention(**meta)
+
+
+def _launches(inputs, **kwargs):
+    """The attention launches (fp8 V's key-major copy before them left out: test_fp8_v_copy_is_a_launch_of_the_plan)."""
+    return [launch for launch in _all_launches(inputs, **kwargs) if launch.fn is not key_major.key_major_kernel]
 
 
 def _plan(inputs, **kwargs):
@@ -1673,6 +1678,33 @@ def test_warp_specialized_two_level_fma_matches_reference(monkeypatch, form, cau
     descales = {name: fp8_descale("per_head", inputs.batch, inputs.num_kv_heads)
                 for name in ("q_descale", "k_descale", "v_descale")}  # fmt: skip
     check_low_precision(inputs, causal=causal, **descales)
+
+
+@pytest.mark.skipif(not attention_hopper.HAS_GLUON, reason="this triton has no Gluon")
+@pytest.mark.parametrize("kernel", ["gluon", "portable"])
+@pytest.mark.parametrize("copy_kernel", [True, False])
+def test_fp8_v_copy_is_a_launch_of_the_plan(monkeypatch, kernel, copy_kernel):
+    """fp8 q/k/v non-causal on key-major V: with `v_copy_kernel` (default) the copy is the plan's first launch (so
+    the plan cache can serve it: plan_cache.scratch storage), writing the storage the attention launch reads (the
+    Gluon V descriptor's base; the portable kernel's V view) - keys in FP8_KEY_ORDER for Gluon only; without it,
+    torch's copies are made while planning and the plan has the attention launches alone."""
+    config = {"v_copy_kernel": copy_kernel, **({"ws_fp8": False} if kernel == "portable" else {})}
+    monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": config}))
+    inputs = _fp8_batch(128, torch.float8_e4m3fn)
+    launches = _all_launches(inputs, window_right=-1)
+    attention = WS if kernel == "gluon" else PORTABLE
+    # then the decode launch of the batch's short sequences (no copy: decode tiles read V row-major)
+    assert [launch.fn.__name__ for launch in launches][-2:] == [attention, PORTABLE]
+    if not copy_kernel:
+        assert len(launches) == 2
+        return
+    copy, main, _ = launches
+    assert copy.fn is key_major.key_major_kernel
+    assert copy.constexprs["KEY_ORDER"] == (kernel == "gluon")
+    storage = copy.args[1]  # the copy's out (as bytes)
+    assert plan_cache._scratch_spec(plan_cache._root(storage)) is not None, "a scratch buffer"
+    v_reads = [getattr(value, "base", value) for value in main.args]
+    assert any(isinstance(t, torch.Tensor) and plan_cache._root(t) is plan_cache._root(storage) for t in v_reads)
 
 
 @pytest.mark.skipif(not (ON_HOPPER and attention_hopper.HAS_GLUON), reason="Gluon kernels run on a Hopper GPU only")

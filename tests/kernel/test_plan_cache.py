@@ -180,14 +180,39 @@ def test_plans_with_scratch_buffers_are_served_with_buffers_of_their_own(case, i
     keeps none of them (a widened copy is up to 1 GiB). Also under torch.inference_mode, where vLLM calls (views
     there have no _base)."""
     with torch.inference_mode(inference):
-        _served_with_buffers_of_their_own(case)
+        args = _positional(_meta_inputs("hopper", torch.bfloat16, head_dim=128, **{"features": False, **case}))
+        _served_with_buffers_of_their_own(args, case)
 
 
-def _served_with_buffers_of_their_own(case):
+@pytest.mark.parametrize("kernel", ["gluon", "portable"])
+@pytest.mark.parametrize("inference", [False, True], ids=["grad-mode", "inference-mode"])
+def test_fp8_prefill_on_key_major_v_is_served_with_a_copy_of_its_own(monkeypatch, kernel, inference):
+    """fp8 q/k/v non-causal on Hopper reads V's key-major copy (config `v_copy_kernel`: a launch of the plan into a
+    scratch buffer): the plan is cacheable, and a served call copies into a new buffer that its attention launch
+    reads (the Gluon V descriptor's base, the portable kernel's V view)."""
+    import json
+
+    if kernel == "portable":
+        monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"ws_fp8": False}}))
+    plan_cache.clear()
+    with torch.inference_mode(inference):
+        inputs = _meta_inputs("hopper", torch.float8_e4m3fn, torch.float8_e4m3fn, 128, False, False, False)
+        out = torch.empty(inputs["out"].shape, dtype=torch.bfloat16, device="meta")  # a bf16 out: Gluon's
+        args = _positional({**inputs, "window_right": -1, "out": out, "output_scale": None})
+        served = _served_with_buffers_of_their_own(args, kernel)
+    copy, attention = served[0], served[1]
+    assert copy.fn.__name__ == "key_major_kernel"
+    assert attention.fn.__name__ == ("attention_fwd_hopper_kernel" if kernel == "gluon" else "attention_fwd_kernel")
+    (storage,) = _scratch_of([copy])
+    assert any(plan_cache._root(getattr(value, "base", value)) is storage for value in attention.args
+               if isinstance(getattr(value, "base", value), torch.Tensor)), "the attention reads this call's copy"  # fmt: skip
+
+
+def _served_with_buffers_of_their_own(args: tuple, case) -> list:
+    """The third call of args' geometry, served from the cache (checked as the docstrings above say)."""
     import gc
     import weakref
 
-    args = _positional(_meta_inputs("hopper", torch.bfloat16, head_dim=128, **{"features": False, **case}))
     planned = [plan_cache.plan(plan_attention, _fresh(args)) for _ in range(2)]
     assert plan_cache._PLANS[plan_cache.call_key(args)][0] == "ready", case
     first_scratch = _scratch_of(planned[0])
@@ -199,9 +224,33 @@ def _served_with_buffers_of_their_own(case):
     served_scratch = _scratch_of(served)
     assert [plan_cache._scratch_spec(t) for t in served_scratch] == [plan_cache._scratch_spec(t) for t in first_scratch]
     assert all(t is not u for t in served_scratch for r in planned for u in _scratch_of(r)), "new buffers"
-    del planned, first_scratch, served, served_scratch
+    del planned, first_scratch, served_scratch
     gc.collect()
     assert all(ref() is None for ref in watched), "the template holds no scratch buffer"
+    return served
+
+
+@pytest.mark.skipif(ON_GPU and torch.cuda.get_device_capability()[0] != 9, reason="forces Hopper's code path")
+def test_fp8_key_major_v_through_the_cache_matches_the_reference(monkeypatch):
+    """Real launches (the interpreter on CPU, the portable kernel with Hopper's config): fp8 q/k/v non-causal reads
+    V's key-major copy, a launch of its plan; four calls with new data, the last two served from the cache (each
+    with a copy of its own), each against the reference."""
+    import json
+
+    from attn_testing import check_low_precision
+
+    monkeypatch.setenv("TRITONFA_ARCH", "hopper")
+    monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"ws_fp8": False}))
+    plan_cache.clear()
+    for seed in range(4):
+        torch.manual_seed(seed)
+        inputs = make_inputs([70, 17, 130], [70, 40, 130], num_heads=(4, 2), head_size=64,
+                             dtype=torch.float8_e4m3fn)  # fmt: skip
+        check_low_precision(inputs, causal=False)
+    served = "bound" if ON_GPU else "ready"
+    entries = [entry for entry in plan_cache._PLANS.values() if entry != plan_cache._UNCACHEABLE]
+    assert any(entry[0] == served and any(launch.fn.__name__ == "key_major_kernel" for launch, _, _ in entry[1][0])
+               for entry in entries), "served, with the copy among its launches"  # fmt: skip
 
 
 def test_split_kv_through_the_cache_matches_the_reference():

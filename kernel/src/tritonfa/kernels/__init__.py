@@ -179,6 +179,8 @@ def cross_compile_specs(arch: str) -> list[dict[str, Any]]:
                 attention_hopper_decode.attention_decode_hopper_kernel,
             ):
                 continue  # Gluon: compiled from bound arguments, in _hopper_prefill_specs / _hopper_decode_specs
+            if launch.fn is key_major.key_major_kernel:
+                continue  # named per head size and key order below
             signature, constexprs, attrs = _signature(launch)
             c = launch.constexprs
             name = (
@@ -226,8 +228,8 @@ def cross_compile_specs(arch: str) -> list[dict[str, Any]]:
                 ),
             )
     if arch in ("hopper", "blackwell"):
-        # fp8 V's key-major copy before an fp8 prefill (made while planning, so not among the launches above): the
-        # Gluon prefill's (keys in FP8_KEY_ORDER) and the portable kernel's, D 64 / 128 / 256
+        # fp8 V's key-major copy before an fp8 prefill: the Gluon prefill's (keys in FP8_KEY_ORDER) and the portable
+        # kernel's, D 64 / 128 / 256
         for head_dim, key_order in itertools.product((64, 128, 256), (True, False)):
             v = torch.empty((1000, 4, 2, head_dim), dtype=torch.float8_e4m3fn, device="meta")[:, 1]
             launch, _ = key_major.plan_key_major_copy(v, key_order)

@@ -43,7 +43,7 @@ from tritonfa.configs import (
 )
 from tritonfa.fp8 import FP8_DTYPES, OCP_FP8_DTYPES, descale_strides, fp8_max, is_fp8
 from tritonfa.kernels import attention_hopper, attention_hopper_decode, plan_cache, widen_kv
-from tritonfa.kernels.key_major import key_major_copy
+from tritonfa.kernels.key_major import plan_key_major_storage
 from tritonfa.kernels.launch import launch
 
 LOG2E = tl.constexpr(1.4426950408889634)
@@ -1038,8 +1038,8 @@ def plan_attention(
                 softmax_scale, window_right == 0, prefill_config, q_descale, k_descale, v_descale, quantize_q,
             )  # fmt: skip
             if num_seqs == 1:
-                return [fast(seq_filter=0)]
-            return _overlapped([fast(seq_filter=1)], plan(decode_config, seq_filter=2, num_splits=1), prefill_config)
+                return fast(seq_filter=0)
+            return _overlapped(fast(seq_filter=1), plan(decode_config, seq_filter=2, num_splits=1), prefill_config)
     if num_seqs == 1:
         return plan(prefill_config, seq_filter=0, num_splits=1)
     return plan(prefill_config, seq_filter=1, num_splits=1) + plan(decode_config, seq_filter=2, num_splits=1)
@@ -1093,7 +1093,7 @@ def _plan_widened_hopper_prefill(
         q, k16, v16, out, lse, cu_seqlens_q, cu_seqlens_k16, seqused_k16, None, softmax_scale, causal, config,
         q_descale, k_descale, v_descale, False, seq_filter=0 if num_seqs == 1 else 1,
     )  # fmt: skip
-    return [KernelLaunch(*widen), fast]
+    return [KernelLaunch(*widen), *fast]
 
 
 def _plan_hopper_decode(
@@ -1139,7 +1139,8 @@ def _plan_hopper_decode(
 def _plan_hopper_prefill(
     q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, softmax_scale, causal,
     config: AttentionConfig, q_descale, k_descale, v_descale, quantize_q, seq_filter,
-):  # fmt: skip
+) -> list[KernelLaunch]:  # fmt: skip
+    """The Gluon prefill launch, after fp8 V's key-major copy where it reads one."""
     v16_contiguous = config.ws_fp8_v16_contiguous is True or (config.ws_fp8_v16_contiguous == "causal" and causal)
     # one program per SM, two at D 64 (their shared memory fits twice), where the persistent consumers fit
     programs = (
@@ -1154,6 +1155,7 @@ def _plan_hopper_prefill(
     # with the two-level P@V (config `ws_fp8_three_consumers`)
     fp8_three = (config.ws_fp8_three_consumers and is_fp8(q.dtype) and is_fp8(k.dtype) and not causal
                  and block_table is None and not v16_contiguous and programs == 0 and q.shape[-1] <= 128)  # fmt: skip
+    copies = []  # fp8 V's key-major copy, where the launch reads one
     fn, grid, args, constexprs, options = attention_hopper.plan_hopper_prefill(
         q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, softmax_scale, causal, seq_filter,
         DECODE_MAX_SEQLEN_Q, config.ws_pingpong, q_descale, k_descale, v_descale, quantize_q,
@@ -1177,8 +1179,9 @@ def _plan_hopper_prefill(
         config.ws_mask_ptx,
         config.ws_two_level_fma,
         config.v_copy_kernel,
+        copies,
     )  # fmt: skip
-    return KernelLaunch(fn, grid, args, constexprs, options)
+    return [*(KernelLaunch(*c) for c in copies), KernelLaunch(fn, grid, args, constexprs, options)]
 
 
 def _dynamic_grid(config: AttentionConfig, causal: bool, paged: bool) -> bool:
@@ -1252,16 +1255,21 @@ def _plan_launch(
 
     # Decode tiles read each V row once: a transposed copy of V would cost more than it saves.
     v_key_major = _wants_key_major_v(arch, v, paged) and config.block_m >= 64 and seq_filter != 2
-    v_storage = key_major_copy(v, key_order=False, kernel=config.v_copy_kernel) if v_key_major else None
+    copies = []
+    v_storage = plan_key_major_storage(v, False, config.v_copy_kernel, copies) if v_key_major else None
+    v_arg = v  # the V pointer the kernel gets (its strides come from v)
     if v_storage is not None:
         v = v_storage[:, :, : v.shape[0]].permute(2, 0, 1)  # the same [total_k, Hk, Dv] tensor, keys contiguous
+        # the storage itself, at the view's address: under inference_mode a view has no _base, and the plan cache
+        # could not tell it is the scratch storage's (the plan would be made again at every call)
+        v_arg = v_storage
     k_desc, v_desc = _tensor_descriptors(config, arch, k, v, v_storage, paged, config.block_n, block_d, block_dv)
     use_tma = k_desc is not None
     v_tma = v_desc is not None
     if not use_tma:
         k_desc = k  # never dereferenced (USE_TMA is off)
     if not v_tma:
-        v_desc = v  # never dereferenced (V_TMA is off)
+        v_desc = v_arg  # never dereferenced (V_TMA is off)
     if paged:
         k_strides = (k.stride(0), k.stride(1), k.stride(2), k.stride(3))
         v_strides = (v.stride(0), v.stride(1), v.stride(2), v.stride(3))
@@ -1282,7 +1290,7 @@ def _plan_launch(
         bias_len_q = bias_len_k = 0
 
     args = (
-        q, k, v, k_desc, v_desc, out,
+        q, k, v_arg, k_desc, v_desc, out,
         lse if lse is not None else q,
         cu_seqlens_q,
         cu_seqlens_k if cu_seqlens_k is not None else cu_seqlens_q,
@@ -1379,7 +1387,8 @@ def _plan_launch(
         DECODE_MAX_Q=DECODE_MAX_SEQLEN_Q,
         PDL_WAIT=False,  # set by _overlapped
     )  # fmt: skip
-    launches = [KernelLaunch(attention_fwd_kernel, grid, args, constexprs, config.launch_options(arch))]
+    launches = [*(KernelLaunch(*c) for c in copies),
+                KernelLaunch(attention_fwd_kernel, grid, args, constexprs, config.launch_options(arch))]  # fmt: skip
     if split_kv:
         launches.append(_combine_launch(split_out, split_lse, out, lse, s_aux, output_scale, cu_seqlens_q, q))
     return launches

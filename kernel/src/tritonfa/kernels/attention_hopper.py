@@ -43,7 +43,7 @@ import triton
 
 from tritonfa.fp8 import descale_strides, fp8_max, is_fp8, p_scale
 from tritonfa.kernels import plan_cache
-from tritonfa.kernels.key_major import key_major_copy
+from tritonfa.kernels.key_major import key_major_copy, plan_key_major_storage
 
 try:  # Gluon ships with triton >= 3.5; without it the launcher never picks this path
     from triton.experimental import gluon
@@ -2025,11 +2025,13 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
                         uniform_ticket: bool = False, producer_regs: int = 0,
                         fp8_row_sum_mma: bool = False, consumers: int = 2, p_smem: bool = False,
                         softmax_fence: bool = False, serial_pv: bool = False, mask_ptx: bool = False,
-                        two_level_fma: bool = False, v_copy_kernel: bool = False):  # fmt: skip
+                        two_level_fma: bool = False, v_copy_kernel: bool = False,
+                        copies: list | None = None):  # fmt: skip
     """(kernel, grid, args, constexprs, options) of one warp-specialized prefill launch; `supports` must hold.
 
-    fp8 K/V: V is read from its key-major copy, made here (v_copy_kernel: by key_major.py's transpose kernel, else
-    through torch's strided copies); quantize_q rounds a 16-bit q to K's fp8
+    fp8 K/V: V is read from its key-major copy (v_copy_kernel: by key_major.py's transpose kernel, else through
+    torch's strided copies, made here): with `copies`, the kernel's launch is appended there, to run before this
+    one, else it is run here. quantize_q rounds a 16-bit q to K's fp8
     type in the kernel. Descales: fp32 of shape [], [1] or [batch, Hk]. stages: K/V ring slots (0: tiles_for's).
     paged_tma: a paged cache whose pages `paged_tma_view` describes is read through TMA (else cp.async gathers).
     persistent_programs: > 0, a persistent grid of at most that many programs (one per SM slot) walks the tiles in
@@ -2122,7 +2124,10 @@ def plan_hopper_prefill(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k
         k_desc = descriptor(k, block_n)
         if fp8:
             # [Hk * D, keys] in tiles [D, BLOCK_N]: keys contiguous, the K-major B operand of the fp8 P@V
-            v_key_major = key_major_copy(v, key_order=True, kernel=v_copy_kernel)
+            if copies is None:
+                v_key_major = key_major_copy(v, key_order=True, kernel=v_copy_kernel)
+            else:
+                v_key_major = plan_key_major_storage(v, True, v_copy_kernel, copies)
             padded = v_key_major.shape[-1]
             layout = _smem_layout(head_dim, block_n, v.dtype)
             v_desc = GluonTensorDescriptor(v_key_major, [num_kv_heads * head_dim, padded], [padded, 1],

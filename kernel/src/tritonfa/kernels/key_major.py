@@ -21,6 +21,7 @@ import triton
 import triton.language as tl
 
 from tritonfa.kernels.launch import launch as launch_kernel
+from tritonfa.kernels.plan_cache import scratch
 
 FP8_KEY_GROUP = 16
 # slot s = 4a + 2b + c of a 16-key group holds key 8b + 2a + c (0 1 8 9 2 3 10 11 4 5 12 13 6 7 14 15): the order in
@@ -33,8 +34,8 @@ BLOCK_KEYS = 64
 
 @triton.jit(do_not_specialize=["total_k", "padded_k"])
 def key_major_kernel(
-    v_ptr,  # [total_k, Hk, D], any strides, one byte per value
-    out_ptr,  # [Hk, D, padded_k] contiguous
+    v_ptr,  # [total_k, Hk, D] fp8, any strides
+    out_ptr,  # [Hk, D, padded_k] contiguous, V's dtype
     total_k,
     padded_k,  # total_k rounded up to FP8_KEY_GROUP
     stride_v_tok,
@@ -56,7 +57,7 @@ def key_major_kernel(
     m_d = o_d < HEAD_DIM
     p_v = (v_ptr + o_key.to(tl.int64)[:, None] * stride_v_tok + i_h.to(tl.int64) * stride_v_head
            + o_d[None, :].to(tl.int64) * stride_v_d)  # fmt: skip
-    b_v = tl.load(p_v, mask=(o_key < total_k)[:, None] & m_d[None, :], other=0)  # [BK, BD]; the padding: zeros
+    b_v = tl.load(p_v, mask=(o_key < total_k)[:, None] & m_d[None, :], other=0.0)  # [BK, BD]; the padding: zeros
     p_out = out_ptr + (i_h * HEAD_DIM + o_d).to(tl.int64)[:, None] * padded_k + o_slot[None, :]
     tl.store(p_out, tl.trans(b_v), mask=m_d[:, None] & (o_slot < padded_k)[None, :])
 
@@ -66,32 +67,51 @@ def plan_key_major_copy(v: torch.Tensor, key_order: bool, out: torch.Tensor | No
     and its storage: fp8 V [total_k, Hk, D] as [Hk, D, total_k padded to 16], keys contiguous, the padding zeros;
     key_order: each group of 16 keys in FP8_KEY_ORDER. The padding keeps the D stride a multiple of 16 whatever
     total_k is (no recompile on its alignment; a tensor descriptor can cover the copy). out: the storage to write
-    (tests poison it); a new one by default."""
+    (tests poison it); by default a new `plan_cache.scratch` buffer, so that a plan holding the launch stays
+    cacheable (a served call gets a buffer of its own)."""
     assert v.element_size() == 1, f"v: a one-byte (fp8) dtype, not {v.dtype}"
     total_k, num_heads, head_dim = v.shape
     padded = triton.cdiv(total_k, FP8_KEY_GROUP) * FP8_KEY_GROUP
     if out is None:
-        out = torch.empty((num_heads, head_dim, padded), dtype=v.dtype, device=v.device)
+        out = scratch((num_heads, head_dim, padded), v.dtype, v.device)
     assert out.shape == (num_heads, head_dim, padded) and out.is_contiguous() and out.element_size() == 1, "out"
     if padded == 0:
         return None, out
-    raw = v.view(torch.uint8)  # the bits only
+    # V and its copy as they are (fp8 loads and stores move the bits unchanged; a dtype view would be a new tensor
+    # to the plan cache, not a view of the caller's V or of the scratch storage)
     block_d = min(triton.next_power_of_2(head_dim), 64)
     grid = (triton.cdiv(padded, BLOCK_KEYS), num_heads, triton.cdiv(head_dim, block_d))
-    args = (raw, out.view(torch.uint8), total_k, padded, raw.stride(0), raw.stride(1), raw.stride(2))
+    args = (v, out, total_k, padded, v.stride(0), v.stride(1), v.stride(2))
     constexprs = dict(HEAD_DIM=head_dim, BLOCK_D=block_d, BLOCK_KEYS=BLOCK_KEYS, KEY_ORDER=key_order)
     return (key_major_kernel, grid, args, constexprs, {"num_warps": 8, "num_stages": 1}), out
+
+
+def _launchable(v: torch.Tensor, kernel: bool) -> bool:
+    """Whether the copy is the kernel's: asked for (config `v_copy_kernel`) and Triton can run (or plan) it."""
+    return kernel and (v.device.type in ("cuda", "meta") or os.environ.get("TRITON_INTERPRET") == "1")
 
 
 def key_major_copy(v: torch.Tensor, key_order: bool, kernel: bool = True, out: torch.Tensor | None = None):
     """plan_key_major_copy's storage, written by its kernel, or (kernel False - config `v_copy_kernel` - or where
     Triton cannot run) by torch's copies; no launch on meta tensors."""
-    if not kernel or (v.device.type not in ("cuda", "meta") and os.environ.get("TRITON_INTERPRET") != "1"):
+    if not _launchable(v, kernel):
         return key_major_copy_torch(v, key_order) if out is None else out.copy_(key_major_copy_torch(v, key_order))
     launch, out = plan_key_major_copy(v, key_order, out)
     if launch is None or v.device.type == "meta":
         return out
     launch_kernel(*launch)
+    return out
+
+
+def plan_key_major_storage(v: torch.Tensor, key_order: bool, kernel: bool, launches: list) -> torch.Tensor:
+    """The storage key_major_copy would return, for a planner: the kernel's launch is appended to `launches` (the
+    planner runs them before its own, and the plan cache can serve the plan: plan_key_major_copy's scratch); torch's
+    copies (kernel False, or where Triton cannot run) are made here, which leaves the plan uncacheable."""
+    if not _launchable(v, kernel):
+        return key_major_copy_torch(v, key_order)
+    launch, out = plan_key_major_copy(v, key_order)
+    if launch is not None:
+        launches.append(launch)
     return out
 
 
