@@ -41,7 +41,7 @@ class AttentionConfig:
     # fp8 V's key-major copy (Hopper, Blackwell prefill; the portable kernel's fp8 path) by key_major.py's transpose
     # kernel; False: torch's strided copies, which move the bytes at a tenth of a plain copy's speed (H100, session
     # 40: 114 us for 16384 keys x 8 heads x 128). H100, session 41, 8 pairs: fp8 b8x2048 non-causal -9.4% (8/8),
-    # b4x4096 non-causal -5.3% (7/8); the copy 117 -> 53 us
+    # b4x4096 non-causal -5.3% (7/8); the copy's GPU time 117 -> 12 us
     v_copy_kernel: bool = True
     k_rows: bool = False  # pointer loads of K as rows like V (paged prefill: fewer address instructions; unmeasured)
     # paged decode tiles fetch the block ids a step ahead, as prefill tiles always do: the K/V loads then depend on

@@ -74,7 +74,7 @@ def plan_key_major_copy(v: torch.Tensor, key_order: bool, out: torch.Tensor | No
     padded = triton.cdiv(total_k, FP8_KEY_GROUP) * FP8_KEY_GROUP
     if out is None:
         out = scratch((num_heads, head_dim, padded), v.dtype, v.device)
-    assert out.shape == (num_heads, head_dim, padded) and out.is_contiguous() and out.element_size() == 1, "out"
+    assert out.shape == (num_heads, head_dim, padded) and out.is_contiguous() and out.dtype == v.dtype, "out"
     if padded == 0:
         return None, out
     # V and its copy as they are (fp8 loads and stores move the bits unchanged; a dtype view would be a new tensor
