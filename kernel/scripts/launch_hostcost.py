@@ -5,9 +5,10 @@ No vLLM needed (integration/scripts/hostcost.py measures the whole backend besid
 heads (32 q / 8 kv, D 128), 16-slot pages; per case and mode the best of --repeats loops of --calls calls without a
 sync, the modes in turn twice (the first round also warms; the second counts). Outputs of every mode must be equal.
 A case ending in -fp8 reads an fp8 (e4m3) cache with the bf16 q (vLLM's fp8 KV cache: on Hopper a prefill widens it
-into scratch copies first).
+into scratch copies first); one ending in -qkv8 is a non-causal prefill of contiguous e4m3 q/k/v with as many queries
+as keys (on Hopper: V's key-major copy, a launch of the plan, then the prefill).
 
-    python kernel/scripts/launch_hostcost.py [--cases b1x256,b64x2048,b1x2048q512,b1x2048q512-fp8]
+    python kernel/scripts/launch_hostcost.py [--cases b1x256,b64x2048,b1x2048q512,b1x2048q512-fp8,b1x512-qkv8]
     python kernel/scripts/launch_hostcost.py --plan-only [--arch hopper]   # any machine: planning alone, meta tensors
 """
 
@@ -30,14 +31,25 @@ MODES = {"Triton": ("0", "0"), "prepared": ("1", "0"), "prepared + plan cache": 
 
 
 def parse_case(text: str) -> tuple[int, int, int, torch.dtype]:
-    """b<batch>x<kv len>[q<query len>][-fp8] -> (batch, kv len, query len, cache dtype)."""
+    """b<batch>x<kv len>[q<query len>][-fp8] -> (batch, kv len, query len, cache dtype); b<batch>x<len>-qkv8 ->
+    (batch, len, len, None): contiguous fp8 q/k/v."""
+    if text.endswith("-qkv8"):
+        batch, ctx = text.removesuffix("-qkv8").removeprefix("b").split("x")
+        return int(batch), int(ctx), int(ctx), None
     text, fp8, _ = text.partition("-fp8")
     batch, rest = text.removeprefix("b").split("x")
     ctx, _, query = rest.partition("q")
     return int(batch), int(ctx), int(query or 1), torch.float8_e4m3fn if fp8 else torch.bfloat16
 
 
-def launcher_args(batch: int, ctx: int, query: int, kv_dtype: torch.dtype, device: str) -> tuple:
+def launcher_args(batch: int, ctx: int, query: int, kv_dtype: torch.dtype | None, device: str) -> tuple:
+    if kv_dtype is None:  # contiguous e4m3 q/k/v, non-causal, bf16 out
+        fp8 = torch.float8_e4m3fn
+        q, k, v = (torch.randn(batch * ctx, h, HEAD_DIM, device=device).to(fp8) for h in (HEADS, KV_HEADS, KV_HEADS))
+        cu_seqlens = torch.arange(0, batch * ctx + 1, ctx, dtype=torch.int32, device=device)
+        out = torch.empty(q.shape, dtype=torch.bfloat16, device=device)
+        return (q, k, v, out, None, cu_seqlens, cu_seqlens, None, None, None, None, None, None, None, None, None,
+                ctx, ctx, HEAD_DIM**-0.5, -1, -1, 0.0)  # fmt: skip
     pages = batch * -(-ctx // PAGE)
     q = torch.randn(batch * query, HEADS, HEAD_DIM, dtype=torch.bfloat16, device=device)
     k = torch.randn(pages, PAGE, KV_HEADS, HEAD_DIM, dtype=torch.bfloat16, device=device).to(kv_dtype)
