@@ -241,6 +241,12 @@ def test_launch_hostcost_tool_cases_and_inputs():
     assert cu_seqlens_q.tolist() == [0, 5, 10, 15] and seqused_k.tolist() == [40, 40, 40]
     assert block_table.shape == (3, 3) and k.shape[0] == 9, "pages cover each sequence's 40 keys"
     assert rest[-6:-4] == [5, 40], "max_seqlen_q, max_seqlen_k"
+    assert tool.parse_case("b2x48-qkv8") == (2, 48, 48, None)
+    q, k, v, out, _, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, *rest = tool.launcher_args(2, 48, 48, None,
+                                                                                                  "cpu")  # fmt: skip
+    assert q.dtype == k.dtype == v.dtype == torch.float8_e4m3fn and out.dtype == torch.bfloat16
+    assert q.shape[0] == k.shape[0] == 96 and cu_seqlens_q.tolist() == cu_seqlens_k.tolist() == [0, 48, 96]
+    assert seqused_k is None and block_table is None and rest[-3:-1] == [-1, -1], "contiguous, non-causal"
 
 
 def test_launch_hostcost_tool_plans_on_any_machine(capsys):
@@ -251,6 +257,10 @@ def test_launch_hostcost_tool_plans_on_any_machine(capsys):
     assert len(lines) == 3 and all("served from the cache" in line for line in lines[1:]), lines
     # Hopper's fp8-cache prefill: widened copies in scratch buffers, served from the cache too
     assert tool.main(["--plan-only", "--arch", "hopper", "--cases", "b2x64q32-fp8", "--calls", "2"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 2 and "served from the cache" in lines[1], lines
+    # Hopper's fp8 q/k/v prefill on key-major V: the copy's storage in a scratch buffer, served too
+    assert tool.main(["--plan-only", "--arch", "hopper", "--cases", "b2x64-qkv8", "--calls", "2"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 2 and "served from the cache" in lines[1], lines
 
