@@ -30,6 +30,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 # (it would set P in shared memory and serial steps there)
 THREE_BN64 = {"ws_consumers": 3, "ws_persistent": False, "ws_block_n": 64, "ws_fp8_three_consumers": False}
 THREE_P_SMEM = {"ws_consumers": 3, "ws_persistent": False, "ws_p_smem": True, "ws_fp8_three_consumers": False}
+# causal fp8 on V's key-major copy instead of V widened by the producer; the flat grid with 128-key blocks
+KEY_MAJOR = {"ws_fp8_v16_contiguous": False}
+KEY_MAJOR_FLAT_BN128 = {**KEY_MAJOR, "ws_persistent": False, "ws_block_n": 128}
 PREFILL_VARIANTS = {
     "default": {},
     # the default again, through an override: the noise floor beside every A/B (session 33: every variant of the
@@ -111,10 +114,10 @@ PREFILL_VARIANTS = {
     # causal fp8 with V read key-major (fp8 P@V, P per key block, two levels) on the default two consumers: on the
     # default grid and on the flat one; beside ws-fp8-v16-contiguous-flat (V widened, flat grid) they separate the
     # grid from the V format in ws-fp8-causal-three's +28% (session 39)
-    "ws-fp8-causal-key-major": {"ws_fp8_v16_contiguous": False},
-    "ws-fp8-causal-key-major-flat": {"ws_fp8_v16_contiguous": False, "ws_persistent": False},
+    "ws-fp8-causal-key-major": KEY_MAJOR,
+    "ws-fp8-causal-key-major-flat": {**KEY_MAJOR, "ws_persistent": False},
     # the flat one in 128-key blocks (tiles_for picks 64 for key-major fp8 V; 128 does not fit the persistent grid)
-    "ws-fp8-causal-key-major-flat-bn128": {"ws_fp8_v16_contiguous": False, "ws_persistent": False, "ws_block_n": 128},
+    "ws-fp8-causal-key-major-flat-bn128": KEY_MAJOR_FLAT_BN128,
     # with 64-key blocks (128-key blocks spill at D 128), and fp8 P@V chained in the MMA (one level)
     "ws-three-consumers-bn64": THREE_BN64,
     "ws-three-consumers-bn64-one-level": {**THREE_BN64, "ws_fp8_two_level": False},
@@ -127,35 +130,18 @@ PREFILL_VARIANTS = {
     "ws-three-consumers-serial": {"ws_consumers": 3, "ws_persistent": False, "ws_serial_pv": True},
     # masked blocks compare each score's key once, in inline PTX (session 39: fewer instructions per masked step)
     "ws-mask-ptx": {"ws_mask_ptx": True},
-    "ws-fp8-causal-key-major-mask-ptx": {"ws_fp8_v16_contiguous": False, "ws_mask_ptx": True},
-    "ws-fp8-causal-key-major-flat-bn128-mask-ptx": {
-        "ws_fp8_v16_contiguous": False,
-        "ws_persistent": False,
-        "ws_block_n": 128,
-        "ws_mask_ptx": True,
-    },
+    "ws-fp8-causal-key-major-mask-ptx": {**KEY_MAJOR, "ws_mask_ptx": True},
+    "ws-fp8-causal-key-major-flat-bn128-mask-ptx": {**KEY_MAJOR_FLAT_BN128, "ws_mask_ptx": True},
     # two-level fp8 P@V: O's rescale one block late, in the FFMA that adds the block's product (session 40)
     "ws-two-level-fma": {"ws_two_level_fma": True},
     # fp8 V's key-major copy by torch's strided copies instead of the Triton transpose (kernels/key_major.py)
     "v-copy-torch": {"v_copy_kernel": False},
-    "ws-fp8-causal-key-major-fma": {"ws_fp8_v16_contiguous": False, "ws_two_level_fma": True},
-    "ws-fp8-causal-key-major-flat-bn128-fma": {
-        "ws_fp8_v16_contiguous": False,
-        "ws_persistent": False,
-        "ws_block_n": 128,
-        "ws_two_level_fma": True,
-    },
+    "ws-fp8-causal-key-major-flat-bn128-fma": {**KEY_MAJOR_FLAT_BN128, "ws_two_level_fma": True},
     "ws-three-consumers-p-smem-serial-fma": {**THREE_P_SMEM, "ws_serial_pv": True, "ws_two_level_fma": True},
     # causal fp8 on key-major V with both cuts of the masked and the interior step (mask in PTX, FFMA rescale)
-    "ws-fp8-causal-key-major-mask-ptx-fma": {
-        "ws_fp8_v16_contiguous": False,
-        "ws_mask_ptx": True,
-        "ws_two_level_fma": True,
-    },
+    "ws-fp8-causal-key-major-mask-ptx-fma": {**KEY_MAJOR, "ws_mask_ptx": True, "ws_two_level_fma": True},
     "ws-fp8-causal-key-major-flat-bn128-mask-ptx-fma": {
-        "ws_fp8_v16_contiguous": False,
-        "ws_persistent": False,
-        "ws_block_n": 128,
+        **KEY_MAJOR_FLAT_BN128,
         "ws_mask_ptx": True,
         "ws_two_level_fma": True,
     },
