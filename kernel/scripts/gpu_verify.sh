@@ -19,7 +19,9 @@ for part in ${VERIFY_PARTS:-suite memcheck bench}; do
     # -v names each failure as it happens and failures.log keeps its traceback at once, so a run cut off by a time
     # limit still says what failed and why; a test past SUITE_TEST_TIMEOUT seconds (default 240: a hung kernel)
     # fails alone, and the whole suite is killed after SUITE_TIMEOUT seconds (default 1200); SUITE_K: only the tests
-    # pytest's -k SUITE_K selects (a part of the suite when device time is short, e.g. "fp8 or paged")
+    # pytest's -k SUITE_K selects (a part of the suite when device time is short, e.g. "fp8 or paged"); SUITE_FILES:
+    # the test files or folders to run instead of tests/kernel, SUITE_IGNORE: files left out (pytest --ignore) - the
+    # suite in parts over several leases
     # workers: one per ~9 GiB of GPU memory, at most 16 (SUITE_WORKERS overrides; session 22: 16 workers on an 80 GB
     # H100 ran out of memory in 119 tests that passed when rerun with 6)
     mem_mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -n 1)
@@ -28,10 +30,12 @@ for part in ${VERIFY_PARTS:-suite memcheck bench}; do
     echo "pytest workers: $workers (GPU memory ${mem_mib} MiB)"
     # tests marked large_memory (several GiB each) run after the parallel pass, alone: beside the other workers'
     # cached memory one ran out on an 80 GB H100 (session 30); each pass's summary line is in gpu_tests.log
+    read -ra suite_files <<< "${SUITE_FILES:-tests/kernel}"
+    for path in ${SUITE_IGNORE:-}; do suite_files+=("--ignore=$path"); done
     : > "$out/gpu_tests.log"
     for pass in parallel large_memory; do
       if [ "$pass" = parallel ]; then marks="not large_memory" procs=(-n "$workers"); else marks="large_memory" procs=(-p no:xdist); fi
-      TRITONFA_FAILURES_LOG="$out/failures.log" timeout -s KILL "${SUITE_TIMEOUT:-1200}" python3 -m pytest tests/kernel \
+      TRITONFA_FAILURES_LOG="$out/failures.log" timeout -s KILL "${SUITE_TIMEOUT:-1200}" python3 -m pytest "${suite_files[@]}" \
         ${SUITE_K:+-k "$SUITE_K"} -m "$marks" \
         --device cuda "${procs[@]}" -v --tb=short -p no:cacheprovider -rfE --timeout "${SUITE_TEST_TIMEOUT:-240}" \
         --timeout-method thread 2>&1 | tee -a "$out/gpu_tests.log" | grep -E "FAILED|ERROR|passed|failed" | tail -n 40
