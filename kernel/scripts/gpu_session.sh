@@ -31,6 +31,7 @@
 #   launch-hostcost        host time per launcher call (kernel/scripts/launch_hostcost.py; first in a chain: it needs
 #                          an idle host) into launch_hostcost.log
 #   launch-hostcost:CASES  the same for CASES ('+' between case names, e.g. b1x512-qkv8+b4x4096-qkv8)
+#   launch-profile:CASES   the same, then cProfile of each case's served calls (where their host time goes)
 #   first-call             where a workload's first call goes, empty Triton cache, fresh process per workload
 #   first-call:ONLY        the same for the workloads named in ONLY ('+' between names)
 #   first-call-serial      the same with TRITONFA_COMPILE_AHEAD=0 (a call's new kernels one after the other), in serial/
@@ -164,6 +165,10 @@ train_model() {  # the model into its folder unless it is there; its train_info.
         cases="${step#launch-hostcost:}"
         timeout -s KILL 300 python3 kernel/scripts/launch_hostcost.py --cases "${cases//+/,}" 2>&1 |
           tee "$out/launch_hostcost_$n.log" ;;
+      launch-profile:*)  # launch-profile:CASES: launch-hostcost:CASES, then cProfile of the served calls
+        cases="${step#launch-profile:}"
+        timeout -s KILL 300 python3 kernel/scripts/launch_hostcost.py --profile --cases "${cases//+/,}" 2>&1 |
+          tee "$out/launch_profile_$n.log" ;;
       timeline:*)  # timeline:ONLY:BEFORE:IMPLS ('+' for ','), kernel/scripts/call_timeline.py, peers from PEER_PYTHONPATH
         IFS=':' read -r _ only before impls <<< "$step"
         if [ -n "${impls//tritonfa/}" ]; then await_peers; fi  # a peer (fa3) comes with vLLM

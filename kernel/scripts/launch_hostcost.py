@@ -10,12 +10,15 @@ as keys (on Hopper: V's key-major copy, a launch of the plan, then the prefill).
 
     python kernel/scripts/launch_hostcost.py [--cases b1x256,b64x2048,b1x2048q512,b1x2048q512-fp8,b1x512-qkv8]
     python kernel/scripts/launch_hostcost.py --plan-only [--arch hopper]   # any machine: planning alone, meta tensors
+    python kernel/scripts/launch_hostcost.py --cases b1x512-qkv8 --profile   # + where a served call's host time goes
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
 import os
+import pstats
 import time
 import timeit
 
@@ -74,6 +77,20 @@ def host_us(args: tuple, calls: int, repeats: int) -> float:
     return best
 
 
+def profile_served(case: str, args: tuple, calls: int, top: int) -> None:
+    """cProfile over `calls` served calls (prepared launch + plan cache, already warm): the functions with the most
+    time of their own, to say where a served call's host time goes (Python, the binding, TMA descriptor encoding)."""
+    torch.cuda.synchronize()
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for _ in range(calls):
+        attention_forward(*args)
+    profiler.disable()
+    torch.cuda.synchronize()
+    print(f"--- {case}: {calls} served calls under cProfile (slower than unprofiled), top {top} by own time")
+    pstats.Stats(profiler).sort_stats("tottime").print_stats(top)
+
+
 def plan_only(cases: list[str], arch: str, calls: int, repeats: int) -> None:
     """Planning alone on meta tensors (no GPU, nothing launched): a full plan against the plan cache's."""
     print(f"host us per plan ({arch}, meta tensors), best of {repeats} x {calls}")
@@ -105,6 +122,7 @@ def main(argv=None) -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--plan-only", action="store_true", help="planning alone on meta tensors (any machine)")
     parser.add_argument("--arch", default="hopper", help="with --plan-only: the architecture planned for")
+    parser.add_argument("--profile", action="store_true", help="then cProfile served calls of each case")
     args = parser.parse_args(argv)
     if args.plan_only:
         plan_only(args.cases.split(","), args.arch, args.calls, max(args.repeats, 5))
@@ -126,6 +144,8 @@ def main(argv=None) -> int:
             raise SystemExit(f"{case}: the modes' outputs differ")
         row = " | ".join(f"{mode} {us:6.1f} us" for mode, us in times.items())
         print(f"{case:14} {row} (prepared launch {'on' if launch_module._enabled() else 'OFF'})")
+        if args.profile:
+            profile_served(case, call, args.calls, top=25)
     return 0
 
 
