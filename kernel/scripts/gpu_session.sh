@@ -127,16 +127,16 @@ train_model() {  # the model into its folder unless it is there; its train_info.
           tee -a "$out/variants.log" ;;
       ws-tests* | decode-tests)
         # a hung kernel fails its own test (the thread method ends the worker, which xdist reports and replaces)
-        each="--timeout ${WS_TEST_TIMEOUT_EACH:-180} --timeout-method thread"
+        each=(--timeout "${WS_TEST_TIMEOUT_EACH:-180}" --timeout-method thread)
         export TRITONFA_FAILURES_LOG="$out/failures_$n.log" ;;&  # each failure's traceback at once
       ws-tests)
         timeout -s KILL "${WS_TESTS_TIMEOUT:-600}" python3 -m pytest tests/kernel/test_hopper_warp_specialized.py \
-          --device cuda -n 8 -v --tb=short -p no:cacheprovider -rfEs $each 2>&1 | tee "$out/ws_tests.log" | tail -n 30
+          --device cuda -n 8 -v --tb=short -p no:cacheprovider -rfEs "${each[@]}" 2>&1 | tee "$out/ws_tests.log" | tail -n 30
         echo "${PIPESTATUS[0]}" > "$out/ws_tests_$n.rc" ;;  # for gate:N too
       ws-tests:*)
         expr="${step#ws-tests:}"
         timeout -s KILL "${WS_TESTS_TIMEOUT:-600}" python3 -m pytest tests/kernel/test_hopper_warp_specialized.py \
-          --device cuda -n 8 -v --tb=short -p no:cacheprovider -rfEs $each --runxfail -k "${expr//+/ }" 2>&1 |
+          --device cuda -n 8 -v --tb=short -p no:cacheprovider -rfEs "${each[@]}" --runxfail -k "${expr//+/ }" 2>&1 |
           tee "$out/ws_tests_$n.log" | tail -n 30
         echo "${PIPESTATUS[0]}" > "$out/ws_tests_$n.rc" ;;
       decode-tests)
@@ -145,7 +145,7 @@ train_model() {  # the model into its folder unless it is there; its train_info.
         timeout -s KILL "${WS_TESTS_TIMEOUT:-600}" python3 -m pytest tests/kernel/test_hopper_decode.py \
           tests/kernel/test_fast_paths.py::test_hopper_decode_tiles_keep_p_in_fp16_with_fp8_v \
           tests/kernel/test_fast_paths.py::test_keys_as_rows_tile_setting --device cuda -n 4 -v --tb=short \
-          -p no:cacheprovider -rfEs --maxfail=2 $each 2>&1 | tee "$out/ws_tests_$n.log" | tail -n 30
+          -p no:cacheprovider -rfEs --maxfail=2 "${each[@]}" 2>&1 | tee "$out/ws_tests_$n.log" | tail -n 30
         echo "${PIPESTATUS[0]}" > "$out/ws_tests_$n.rc" ;;
       gate:*)
         rc_file="$out/ws_tests_${step#gate:}.rc"

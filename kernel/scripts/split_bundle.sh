@@ -11,7 +11,7 @@ bundle=.devbundle
 if compgen -G "$bundle/part*/vllm.tgz.*" > /dev/null; then
   pieces=("$bundle"/part*/vllm.tgz.*)
 elif compgen -G "$bundle/q*/vllm.tgz.*" > /dev/null; then
-  pieces=($(ls "$bundle"/q*/vllm.tgz.* | sort -t/ -k2.2n))  # q0 .. q10 in number order
+  mapfile -t pieces < <(printf '%s\n' "$bundle"/q*/vllm.tgz.* | sort -t/ -k2.2n)  # q0 .. q10 in number order
 else
   echo "no $bundle/part*/vllm.tgz.* or $bundle/q*/vllm.tgz.*: run make-bundle.sh" >&2; exit 1
 fi
