@@ -12,6 +12,7 @@ set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.." || exit 2
 stage=/root/stage
 site=/root/site
+asv_stage=/root/asv_stage
 H200_STEPS="${H200_STEPS:-train,verify:bench,vllm:auto+fp8,asv,lm-eval,verify:suite}"
 OTHER_STEPS="${OTHER_STEPS:-train,lm-eval,verify:suite}"
 action="${1:?usage: device_session.sh start|part|poll ...}"
@@ -35,6 +36,8 @@ case "$action" in
     results="${3:?usage: device_session.sh part I RESULTS_DIR}"
     cp .devbundle/"q$part"/* "$stage/"
     if [ -d .devbundle/run ]; then cp -r .devbundle/run "$stage/"; fi
+    # the chain runs from a snapshot of the tree taken at `start`: a stage carried later waits here for its asv step
+    if [ -e asv_bench/.stage/commits.json ]; then rm -rf "$asv_stage" && cp -r asv_bench/.stage "$asv_stage"; fi
     if [ "${4:-}" = last ]; then
       bash "$stage/run/install.sh" > /root/install.log 2>&1 && touch "$site/READY"
       tail -n 1 /root/install.log

@@ -74,7 +74,8 @@
 #   vllm                   the vLLM part (integration/scripts/gpu_session.sh RESULTS_DIR PEER_READY; VLLM_STEPS;
 #                          vLLM from PEER_PYTHONPATH)
 #   vllm:STEPS             the same with VLLM_STEPS=STEPS ('+'-separated, e.g. vllm:auto or vllm:fp8+hostcost)
-#   asv                    the asv kernel series of the commits staged in asv_bench/.stage (carry it; README
+#   asv                    the asv kernel series of the commits staged in asv_bench/.stage (carry it with `start` or
+#                          a bundle part: ASV_STAGE, default /root/asv_stage, holds a later one; README
 #                          "Performance history"): asv_bench/record.py run --install-wheels --budget-s ASV_BUDGET_S
 #                          (default 540), peers from PEER_PYTHONPATH once PEER_READY exists; tarball in RESULTS_DIR/asv
 #   asv:ARGS               the same with ARGS ('+' for ' ') instead of --budget-s, e.g.
@@ -263,6 +264,10 @@ train_model() {  # the model into its folder unless it is there; its train_info.
         args="--budget-s ${ASV_BUDGET_S:-540}"
         [ "$step" = asv ] || args="${step#asv:}"
         await_peers
+        # asv_bench/.stage carried with a bundle part came after the snapshot: device_session.sh kept it in ASV_STAGE
+        if [ ! -e asv_bench/.stage/commits.json ] && [ -e "${ASV_STAGE:-/root/asv_stage}/commits.json" ]; then
+          rm -rf asv_bench/.stage && cp -r "${ASV_STAGE:-/root/asv_stage}" asv_bench/.stage
+        fi
         # record.py puts each staged commit's kernel first on the import path: not this checkout's
         # shellcheck disable=SC2086  # ARGS are words
         PYTHONPATH="${PEER_PYTHONPATH:-}" python3 asv_bench/record.py run --install-wheels ${args//+/ } \
