@@ -166,6 +166,9 @@ PREFILL_VARIANTS = {
     # a 16-bit q with fp8 K/V: K and V widened once by a launch before the 16-bit prefill (paged: gathered too;
     # Hopper's default since session 14)
     "ws-fp8-widen-copy": {"ws_fp8_widen_copy": True},
+    # a 16-bit q on a paged cache of its type: the pages gathered into a contiguous copy by the same launch, then the
+    # contiguous prefill (session 43)
+    "ws-paged-gather-copy": {"ws_paged_gather_copy": True},
     # contiguous fp8 K/V gathered and V widened (no key-major copy, a 16-bit P@V), 128-key blocks on the persistent grid
     "ws-fp8-v16-contiguous": {"ws_fp8_v16_contiguous": True},
     # fp8 P scaled per (row, key block) where it meets key-major V (non-causal): the fp8 study's (b)
@@ -366,6 +369,7 @@ PLANS = {
                     "ws-uniform-ticket-paged",
                     "ws-paged-uniform",
                     "ws-producer-regs24",
+                    "ws-paged-gather-copy",
                 )
             },
             "mixed-pdl": {"mixed_pdl": True},

@@ -1434,6 +1434,55 @@ def test_which_calls_widen_fp8_kv_before_the_16_bit_prefill(monkeypatch):
     assert _plan(bf16, q_descale=scale, k_descale=scale, v_descale=scale) == [WS], "16-bit with descales"
 
 
+@pytest.mark.skipif(not attention_hopper.HAS_GLUON, reason="this triton has no Gluon")
+def test_which_paged_calls_gather_a_copy_before_the_contiguous_prefill(monkeypatch):
+    """Config `ws_paged_gather_copy`: a 16-bit q on a paged cache of its own type is one gathering launch, then the
+    contiguous Gluon prefill over the copies; a mixed batch's decodes stay on the cache; contiguous K/V, windows and
+    copies over the cap keep their paths; off by default."""
+    from tritonfa.kernels import attention
+
+    monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"ws_paged_gather_copy": True}}))
+    for dtype in (torch.bfloat16, torch.float16):
+        for head_size, layout in ((64, "paged"), (128, "paged_kv_interleaved"), (256, "paged_heads_major")):
+            inputs = make_inputs([40], [40], num_heads=(8, 2), head_size=head_size, dtype=dtype, kv_layout=layout)
+            launches = _all_launches(inputs)
+            assert [launch.fn.__name__ for launch in launches] == [WIDEN, WS], (dtype, head_size, layout)
+            gathered_k = launches[1].args[1]  # the prefill's K descriptor: over the contiguous copy
+            assert gathered_k.base.dtype == dtype and gathered_k.base.dim() == 3
+            assert not launches[1].constexprs["PAGED"], "pages gathered into the copy"
+    paged = make_inputs([40], [40], num_heads=(8, 2), head_size=64, kv_layout="paged")
+    mixed = make_inputs([40, 1, 1], [40, 30, 9], num_heads=(8, 2), head_size=64, kv_layout="paged")
+    assert _plan(mixed) == [WIDEN, WS, PORTABLE], "decodes on decode tiles over the cache"
+    assert _plan(make_inputs([40], [40], num_heads=(8, 2), head_size=64)) == [WS], "contiguous: nothing to gather"
+    assert _plan(paged, window_left=20) == [PORTABLE], "windows: the portable kernel, as without the copy"
+    fp8_kv = make_inputs([40], [40], num_heads=(8, 2), head_size=64, kv_dtype=torch.float8_e4m3fn, kv_layout="paged")
+    assert _plan(fp8_kv) == [WIDEN, WS], "an fp8 cache: widened as before (ws_fp8_widen_copy)"
+    monkeypatch.setattr(attention, "WIDEN_COPY_MAX_BYTES", 2 * 40 * 2 * 64 * 2 - 1)
+    assert _plan(paged) == [WS], "a copy over the cap: pages read in the kernel"
+    monkeypatch.delenv("TRITONFA_CONFIG")
+    monkeypatch.setattr(attention, "WIDEN_COPY_MAX_BYTES", 1 << 30)
+    assert _plan(paged) == [WS], "off by default"
+
+
+@pytest.mark.skipif(not (ON_HOPPER and attention_hopper.HAS_GLUON), reason="Gluon kernels run on a Hopper GPU only")
+@pytest.mark.parametrize("head_size", [64, 128, 256])
+@pytest.mark.parametrize("kv_layout", ["paged", "paged_heads_major"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_warp_specialized_paged_prefill_over_a_gathered_copy(monkeypatch, head_size, kv_layout, dtype):
+    """Config `ws_paged_gather_copy` against the reference: pages of 16, odd lengths, an empty sequence, a cached
+    prefix, a mixed batch's decodes; causal and not; four calls of the geometry through the plan cache (the copy's
+    scratch refilled each call)."""
+    monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"ws_paged_gather_copy": True}}))
+    plan_cache.clear()
+    for seed in range(4):
+        torch.manual_seed(seed)
+        random.seed(1)  # one geometry
+        inputs = make_inputs([300, 1, 129, 0, 64, 3], [300, 40, 1000, 7, 64, 19], num_heads=(16, 8),
+                             head_size=head_size, dtype=dtype, kv_layout=kv_layout, block_size=16)  # fmt: skip
+        assert _plan(inputs) == [WIDEN, WS, PORTABLE]
+        check_against_reference(inputs, *TOLERANCES[dtype], causal=seed % 2 == 0)
+
+
 @_fp8_kv_cases
 def test_warp_specialized_fp8_kv_prefill_with_widened_copy(monkeypatch, head_size, kv_layout, q_dtype, persistent):
     """Config `ws_fp8_widen_copy`: K and V widened by a launch before the 16-bit prefill (pages gathered into the

@@ -1,5 +1,5 @@
-"""fp8 K/V widened to a 16-bit type before a 16-bit attention (kernels/widen_kv.py): the copy holds exactly the
-keys each sequence reads, and nothing else is written."""
+"""fp8 K/V widened to a 16-bit type (or a paged 16-bit cache gathered) before a 16-bit attention
+(kernels/widen_kv.py): the copy holds exactly the keys each sequence reads, and nothing else is written."""
 
 import pytest
 import torch
@@ -39,13 +39,15 @@ def _key_rows(inputs, b: int, length: int):
     return inputs.k[block, slot], inputs.v[block, slot]
 
 
-@pytest.mark.parametrize("kv_dtype", FP8_TYPES)
+@pytest.mark.parametrize("kv_dtype", [*FP8_TYPES, None])  # None: q's own type (a paged 16-bit cache gathered)
 @pytest.mark.parametrize("q_dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("kv_layout", ["contiguous", "contiguous_seqused", "paged", "paged_kv_interleaved",
                                        "paged_heads_major"])  # fmt: skip
 def test_widened_copy_holds_each_sequences_keys_exactly(kv_dtype, q_dtype, kv_layout):
     """Odd lengths, an empty sequence, 70 keys (two programs' blocks, the second partial); fp8 values come back
-    exactly (every e4m3 / e5m2 value is a bf16 and an fp16 value); rows no sequence reads stay NaN."""
+    exactly (every e4m3 / e5m2 value is a bf16 and an fp16 value), 16-bit ones unchanged; rows no sequence reads
+    stay NaN."""
+    kv_dtype = kv_dtype or q_dtype
     seqlens_k = [70, 0, 129, 5]
     use_seqused = kv_layout == "contiguous_seqused"
     inputs = make_inputs([3, 2, 40, 1], seqlens_k, num_heads=(4, 2), head_size=72, dtype=q_dtype, kv_dtype=kv_dtype,

@@ -103,6 +103,11 @@ class AttentionConfig:
     # tile and q head), then runs the 16-bit Gluon prefill (paged: over a gathered copy); calls whose copy would pass
     # attention.WIDEN_COPY_MAX_BYTES keep ws_fp8_k16. Hopper: on
     ws_fp8_widen_copy: bool = False
+    # Gluon prefill, a 16-bit q on a paged cache of its own type: the pages gathered into a contiguous copy by the same
+    # launch (kernels/widen_kv.py), then the contiguous prefill, instead of the producer's TMA box per page (H200,
+    # session 43, b8x2048 causal: paged 0.560 ms against contiguous 0.496, the fp8 cache's gathered copy 0.531).
+    # Opt-in until measured
+    ws_paged_gather_copy: bool = False
     ws_fp8_two_level: bool = True  # fp8 P@V: each block's product added to O in fp32, not chained in the MMA
     # where P meets key-major fp8 V (non-causal contiguous fp8 prefill; one- or two-level P@V): P scaled per (row, key
     # block) to fp8's max - the fp8 error study's (b), what the portable kernel does - instead of a fixed 2^8; O and

@@ -147,6 +147,9 @@ def cross_compile_specs(arch: str) -> list[dict[str, Any]]:
         # the opt-in widening launch before a 16-bit prefill over fp8 K/V (config `ws_fp8_widen_copy`)
         widen = {"hopper": {"ws_fp8_widen_copy": True}}
         plans.append((functools.partial(_plan_with_override, json.dumps(widen)), both))
+        # the opt-in gathering launch before the contiguous prefill over a paged 16-bit cache (`ws_paged_gather_copy`)
+        gather = {"hopper": {"ws_paged_gather_copy": True}}
+        plans.append((functools.partial(_plan_with_override, json.dumps(gather)), (False,)))
         # the opt-in block ids a step ahead in paged decode tiles (config `decode_prefetch_ids`), the 16-bit ones in
         # 64-key blocks of 3 stages (the variant that fits three programs per SM; decode calls only: the override's
         # tile would not fit some prefill configs)

@@ -1021,7 +1021,10 @@ def plan_attention(
             output_scale=output_scale is not None, softcap=softcap > 0.0, window=window_left >= 0 or window_right > 0,
         )  # fmt: skip
         quantize_q = quantizes_q(arch, prefill_config, q.dtype, k.dtype)
-        if prefill_config.ws_fp8 and prefill_config.ws_fp8_widen_copy and not quantize_q:
+        widen_fp8 = (prefill_config.ws_fp8 and prefill_config.ws_fp8_widen_copy and not quantize_q
+                     and k.dtype in OCP_FP8_DTYPES)  # fmt: skip
+        gather_pages = prefill_config.ws_paged_gather_copy and block_table is not None and k.dtype == q.dtype
+        if widen_fp8 or gather_pages:
             widened = _plan_widened_hopper_prefill(
                 q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, max_seqlen_k, softmax_scale,
                 window_right == 0, prefill_config, q_descale, k_descale, v_descale, features,
@@ -1067,19 +1070,20 @@ def _plan_widened_hopper_prefill(
     q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, max_seqlen_k, softmax_scale, causal,
     config: AttentionConfig, q_descale, k_descale, v_descale, features: dict,
 ) -> list[KernelLaunch] | None:  # fmt: skip
-    """A 16-bit q with fp8 K/V (config `ws_fp8_widen_copy`): K and V widened to q's type by one launch
-    (`widen_kv`), then the 16-bit Gluon prefill over the copies with the descales applied to the scores and O.
-    None where that does not apply (not such a call, the copy would be too large, or the Gluon prefill does not
-    cover the call)."""
+    """A 16-bit q with fp8 K/V (config `ws_fp8_widen_copy`), or with a paged cache of q's type (config
+    `ws_paged_gather_copy`): K and V widened to q's type / gathered by one launch (`widen_kv`), then the 16-bit
+    Gluon prefill over the contiguous copies with the descales applied to the scores and O. None where that does
+    not apply (not such a call, the copy would be too large, or the Gluon prefill does not cover the call)."""
+    paged = block_table is not None
     widenable = (
-        q.dtype in (torch.float16, torch.bfloat16) and k.dtype == v.dtype and k.dtype in OCP_FP8_DTYPES
+        q.dtype in (torch.float16, torch.bfloat16) and k.dtype == v.dtype
+        and (k.dtype in OCP_FP8_DTYPES or (paged and k.dtype == q.dtype))
         and k.shape[-1] == v.shape[-1] and k.stride(-1) == 1 and v.stride(-1) == 1
         and not any(on for name, on in features.items() if name != "descale")
     )  # fmt: skip
     if not widenable:
         return None
     num_seqs = cu_seqlens_q.shape[0] - 1
-    paged = block_table is not None
     rows = widen_kv.rows_needed(k, num_seqs, max_seqlen_k, paged)
     if rows == 0 or 2 * rows * k.shape[-2] * k.shape[-1] * q.element_size() > WIDEN_COPY_MAX_BYTES:
         return None

@@ -5,6 +5,9 @@ Widening inside the attention kernel repeats the work for every query tile and q
 (b8x2048 causal, 4 q heads per kv head: ~30 times per block) and costs shared-memory passes the tensor cores wait
 for; here each key is read once (1 byte) and written once (2 bytes).
 
+The same launch gathers a paged 16-bit cache of q's type into contiguous copies (config `ws_paged_gather_copy`:
+the contiguous prefill then reads whole blocks instead of one TMA box per page); the values move unchanged.
+
 Contiguous K/V keep their rows (row r of the copy is row r of the input; the attention call keeps cu_seqlens_k and
 seqused_k). Paged K/V are gathered into rows `b * max_seqlen_k + j` (key j of sequence b), and the kernel writes
 the matching `cu_seqlens_k` (b * max_seqlen_k) and `seqused_k` (the length, capped at max_seqlen_k and at the
@@ -25,7 +28,7 @@ BLOCK_KEYS = 64
 
 @triton.jit(do_not_specialize=["num_seqs", "total_k", "max_seqlen_k", "num_cache_blocks", "max_blocks"])
 def widen_kv_kernel(
-    k_ptr,  # [total_k, Hk, D] or paged [num_cache_blocks, page, Hk, D] (any strides, D contiguous), fp8
+    k_ptr,  # [total_k, Hk, D] or paged [num_cache_blocks, page, Hk, D] (any strides, D contiguous), fp8 or 16-bit
     v_ptr,  # likewise
     k_out_ptr,  # [rows, Hk, D] contiguous, 16-bit: rows = total_k (contiguous) or num_seqs * max_seqlen_k (paged)
     v_out_ptr,
@@ -110,7 +113,8 @@ def rows_needed(k: torch.Tensor, num_seqs: int, max_seqlen_k: int, paged: bool) 
 def plan_widen_kv(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, max_seqlen_k: int,
                   skip_decode_max_q: int):  # fmt: skip
     """((kernel, grid, args, constexprs, options), k16, v16, cu_seqlens_k, seqused_k) of the attention call over
-    K and V widened to q's 16-bit type. The copies are allocated here; the launch fills them.
+    K and V widened to q's 16-bit type (or, 16-bit already, gathered). The copies are allocated here; the launch
+    fills them.
 
     skip_decode_max_q > 0: sequences with at most that many queries are left out (a mixed batch's decodes, which
     another launch reads from the fp8 cache).
