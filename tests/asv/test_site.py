@@ -41,6 +41,7 @@ ARTIFACTS = ROOT / "artifacts" / "asv"
 PROBE = Path(__file__).with_name("probe.html")
 REQUIRE = os.environ.get("TRITONFA_REQUIRE_BROWSER", "") not in ("", "0")
 MIN_COMMITS = 5  # issue 5: the committed results cover at least 5 commits on one machine
+CPU_MACHINE = "cpu-interpreter"  # Triton's interpreter (asv_bench/record.py --cpu-smoke); any other name is a GPU
 # flags that let Chromium run headless as root on a machine without network access
 CHROMIUM_FLAGS = [
     "--headless",
@@ -105,10 +106,20 @@ def results() -> dict:
     return found
 
 
+def recorded_commits(results: dict, machine: str) -> int:
+    return len({c for per in results[machine].values() for c in per})
+
+
 @pytest.fixture(scope="module")
 def main_machine(results) -> str:
-    """The machine with the most recorded commits (its series must show the history)."""
-    return max(results, key=lambda m: len({c for per in results[m].values() for c in per}))
+    """The machine whose history the screenshots show: a GPU's (not the interpreter's) once one has MIN_COMMITS
+    commits, else the machine with the most recorded commits."""
+    gpus = [m for m in results if m != CPU_MACHINE and recorded_commits(results, m) >= MIN_COMMITS]
+    return max(gpus or results, key=lambda m: recorded_commits(results, m))
+
+
+# every machine with a history: each one's graphs are drawn and checked point by point in the browser
+HISTORIES = [m for m, per in committed_results().items() if len({c for p in per.values() for c in p}) >= MIN_COMMITS]
 
 
 @pytest.fixture(scope="module")
@@ -173,10 +184,12 @@ def kernel_benchmarks(results, machine) -> list[str]:
     return sorted(b for b, per in results[machine].items() if b.startswith("kernel.") and any(per.values()))
 
 
-def test_graphs_render_with_data_points(chromium, server, results, main_machine, tmp_path):
-    with_data = kernel_benchmarks(results, main_machine)
-    assert with_data, f"no kernel benchmark has a value on {main_machine}"
-    routes = [""] + [f"{name}?machine={main_machine}" for name in with_data]
+@pytest.mark.parametrize("machine", HISTORIES or [None])
+def test_graphs_render_with_data_points(chromium, server, results, main_machine, machine, tmp_path):
+    machine = machine or main_machine  # no machine with a history yet: checked on the main one (and failing)
+    with_data = kernel_benchmarks(results, machine)
+    assert with_data, f"no kernel benchmark has a value on {machine}"
+    routes = [""] + [f"{name}?machine={machine}" for name in with_data]
     url = f"{server}/probe.html#{urllib.parse.quote(json.dumps(routes))}"
     proc = run_chromium(chromium, tmp_path, "--dump-dom", url)
     match = re.search(r"<pre id=\"result\">(.*?)</pre>", proc.stdout, re.S)
@@ -188,14 +201,14 @@ def test_graphs_render_with_data_points(chromium, server, results, main_machine,
     assert summary["path"].endswith("index.html") and summary["title"] == "All benchmarks", summary
     thumbnails = {p["id"].removeprefix("summarygrid-"): p for p in summary["plots"]}
     for name in with_data:
-        commits = sum(1 for n in results[main_machine][name].values() if n)
+        commits = sum(1 for n in results[machine][name].values() if n)
         plot = thumbnails.get(name)
         assert plot and plot["drawn"], f"summary grid: no plot drawn for {name}"
         points = max(s["points"] for s in plot["series"])
         assert points >= min(commits, MIN_COMMITS), f"summary grid {name}: {points} points, {commits} commits"
 
     for name in with_data:
-        page = report["pages"][f"{name}?machine={main_machine}"]
+        page = report["pages"][f"{name}?machine={machine}"]
         assert page["title"] == name, page
         (graph,) = page["plots"]
         assert graph["drawn"], f"{name}: the graph was not drawn"
@@ -209,7 +222,7 @@ def test_graphs_render_with_data_points(chromium, server, results, main_machine,
         for s in ours:  # a line split by an environment parameter (e.g. a new torch) adds up to one
             workload = re.search(r"workload-([^;]+)", s["label"]).group(1).strip()
             drawn[workload] = drawn.get(workload, 0) + s["points"]
-        expected = finite_points(main_machine, name, "tritonfa")
+        expected = finite_points(machine, name, "tritonfa")
         assert all(n == expected.get(w) for w, n in drawn.items()), (name, drawn, expected)  # asv draws <= 8 lines
 
 

@@ -1441,6 +1441,7 @@ def test_which_paged_calls_gather_a_copy_before_the_contiguous_prefill(monkeypat
     copies over the cap keep their paths; off by default."""
     from tritonfa.kernels import attention
 
+    cap = attention.WIDEN_COPY_MAX_BYTES
     monkeypatch.setenv("TRITONFA_CONFIG", json.dumps({"hopper": {"ws_paged_gather_copy": True}}))
     for dtype in (torch.bfloat16, torch.float16):
         for head_size, layout in ((64, "paged"), (128, "paged_kv_interleaved"), (256, "paged_heads_major")):
@@ -1460,7 +1461,7 @@ def test_which_paged_calls_gather_a_copy_before_the_contiguous_prefill(monkeypat
     monkeypatch.setattr(attention, "WIDEN_COPY_MAX_BYTES", 2 * 40 * 2 * 64 * 2 - 1)
     assert _plan(paged) == [WS], "a copy over the cap: pages read in the kernel"
     monkeypatch.delenv("TRITONFA_CONFIG")
-    monkeypatch.setattr(attention, "WIDEN_COPY_MAX_BYTES", 1 << 30)
+    monkeypatch.setattr(attention, "WIDEN_COPY_MAX_BYTES", cap)
     assert _plan(paged) == [WS], "off by default"
 
 
