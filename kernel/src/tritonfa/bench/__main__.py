@@ -17,7 +17,7 @@ from .cases import TOLERANCE_16BIT, make_case, reference_check
 from .peers import DEFAULT_GPU_PEERS, PEERS, prepare
 from .report import collect_header, print_summary, print_table, write_json, write_png
 from .runner import log, run_workloads
-from .timing import FULL_REPS, QUICK_REPS, measure_ceilings
+from .timing import FULL_REPS, QUICK_REPS, measure_ceilings, triton_startup_s
 from .workloads import WORKLOADS, Workload, select, smoke_scaled
 
 
@@ -132,6 +132,9 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     log("ceilings: copy bandwidth, bf16 matmul, fp8 _scaled_mm")
     ceilings = measure_ceilings(device, reps)
+    if use_gpu:
+        header["triton_startup_s"] = round(triton_startup_s(device), 2)
+        log(f"Triton's one-time start-up: {header['triton_startup_s']} s (not in any workload's first call)")
     rows = run_workloads(workloads, ["tritonfa", *peers], device, reps, interpreter=not use_gpu, seed=args.seed)
     header["elapsed_s"] = round(time.perf_counter() - started, 1)
 

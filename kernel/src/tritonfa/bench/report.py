@@ -69,6 +69,8 @@ def collect_header(device: torch.device, mode: str) -> dict:
         "timers": TIMER_DESCRIPTIONS,
         "ratio": "tritonfa's speed / the peer's (>1: tritonfa faster); on tritonfa's row, / the fastest correct peer",
         "tolerance": {"16bit": TOLERANCE_16BIT, "fp8": TOLERANCE_FP8},
+        "first_call": "a workload's first call in this process: its new kernels' compiles, C launchers and planning "
+        "(Triton's one-time start-up, before the first workload: triton_startup_s)",
     }
 
 

@@ -15,6 +15,8 @@ import time
 from collections.abc import Callable
 
 import torch
+import triton
+import triton.language as tl
 
 from .errors import one_line
 from .workloads import Workload
@@ -37,6 +39,22 @@ QUICK_REPS = Reps(warmup_ms=5, rep_ms=25, graph_ms=5.0, cpu_calls=1)
 def synchronize(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+
+
+@triton.jit
+def _add_one(x_ptr):
+    tl.store(x_ptr, tl.load(x_ptr) + 1)
+
+
+def triton_startup_s(device: torch.device) -> float:
+    """Seconds of Triton's one-time start-up in this process (its CUDA utilities module, built from C when the cache
+    has none; the driver's state), through one launch of a trivial kernel before the first workload, so that a
+    workload's "first call" is its own compile and launch (kernel/scripts/first_call.py times first calls alike)."""
+    start = time.perf_counter()
+    x = torch.zeros(1, device=device)
+    _add_one[(1,)](x)
+    synchronize(device)
+    return time.perf_counter() - start
 
 
 def release_memory(device: torch.device) -> None:
