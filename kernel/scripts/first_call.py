@@ -13,7 +13,7 @@ wall time, and "other" reads negative; TRITONFA_COMPILE_AHEAD=0 gives the one-af
 attributed no time to `triton.compile` on the H200 host's Python 3.12, session 18: timers do not depend on the
 profiler.)
 
-    python kernel/scripts/first_call.py [--only prefill-b8x2048-causal,fp8kv-prefill] [--out DIR] [--cold]
+    python kernel/scripts/first_call.py [--only prefill-b8x2048-causal,^mixed] [--out DIR] [--cold]
     python kernel/scripts/first_call.py --cross-compile [--side-by-side] [--only ...] [--out DIR]
 
 One line per workload, and `first_call.json` in --out. GPU, except --cross-compile: no GPU needed (CI's machine),
@@ -212,6 +212,28 @@ def cross_compile(name: str, side_by_side: bool = False) -> dict:
                 wall_s=wall, stages_s=stages)  # fmt: skip
 
 
+def select_workloads(only: str, known: list[str]) -> tuple[list[str], list[str]]:
+    """(workload names, entries matching none) of --only: exact names, or entries anchored with a leading ^ or a
+    trailing $ as substring patterns (gpu_session.sh's '+' between entries cannot carry a name with a '+' in it,
+    such as mixed-4x512+60-paged: '^mixed' can)."""
+    names: list[str] = []
+    unknown: list[str] = []
+    for entry in filter(None, only.split(",")):
+        if entry.startswith("^") or entry.endswith("$"):
+            core = entry.removeprefix("^").removesuffix("$")
+            found = [
+                n for n in known
+                if core in n and (not entry.startswith("^") or n.startswith(core))
+                and (not entry.endswith("$") or n.endswith(core))
+            ]  # fmt: skip
+        else:
+            found = [entry] if entry in known else []
+        names += [n for n in found if n not in names]
+        if not found:
+            unknown.append(entry)
+    return names, unknown
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", default="prefill-b8x2048-causal,fp8kv-prefill-b8x2048-causal,decode-b64x2048-paged")
@@ -227,10 +249,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     from tritonfa.bench.workloads import WORKLOADS
 
-    names = [n for n in args.only.split(",") if n]
-    unknown = sorted(set(names) - {w.name for w in WORKLOADS})
+    names, unknown = select_workloads(args.only, [w.name for w in WORKLOADS])
     if unknown:  # checked here: a worker would only fail with a traceback per name
-        parser.error(f"--only names no workload of tritonfa.bench.workloads: {unknown} (exact names, comma-separated)")
+        parser.error(f"--only names no workload of tritonfa.bench.workloads: {unknown} (exact names, or ^/$-anchored "
+                     "patterns, comma-separated)")  # fmt: skip
     rows = []
     for name in names:
         with tempfile.TemporaryDirectory() as cache:

@@ -33,7 +33,7 @@
 #   launch-hostcost:CASES  the same for CASES ('+' between case names, e.g. b1x512-qkv8+b4x4096-qkv8)
 #   launch-profile:CASES   the same, then cProfile of each case's served calls (where their host time goes)
 #   first-call             where a workload's first call goes, empty Triton cache, fresh process per workload
-#   first-call:ONLY        the same for the workloads named in ONLY ('+' between names)
+#   first-call:ONLY        the same for the workloads named in ONLY ('+' between names; ^/$-anchored patterns too)
 #   first-call-serial      the same with TRITONFA_COMPILE_AHEAD=0 (a call's new kernels one after the other), in serial/
 #                          (kernel/scripts/first_call.py: compile stages vs the rest; issue 11 asks <= 5 s); early in a
 #                          chain, while the host is idle; first_call.json into RESULTS_DIR
@@ -177,7 +177,7 @@ train_model() {  # the model into its folder unless it is there; its train_info.
           kernel/scripts/call_timeline.py --only "${only//+/,}" --before "${before//+/,}" \
           --impls "${impls:+${impls//+/,}}" --out "$out/timeline_$n.json" 2>&1 | tee "$out/timeline_$n.log" | tail -n 12 ;;
       first-call) timeout -s KILL 300 python3 kernel/scripts/first_call.py --out "$out" 2>&1 | tail -n 12 ;;
-      first-call:*)  # first-call:ONLY ('+' between workload names)
+      first-call:*)  # first-call:ONLY ('+' between workload names or ^/$-anchored patterns, e.g. ^mixed)
         only="${step#first-call:}"
         timeout -s KILL 300 python3 kernel/scripts/first_call.py --only "${only//+/,}" --out "$out" 2>&1 |
           tail -n 12 ;;

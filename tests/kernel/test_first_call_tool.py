@@ -80,3 +80,21 @@ def test_unknown_workload_names_are_refused_up_front(capsys):
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert "--only" in err and "'^prefill-nothing$'" in err and "'prefill-b8x2048-causal'" not in err, err
+
+
+def test_anchored_entries_select_workloads_by_pattern():
+    """gpu_session.sh passes '+' between --only entries, so a name with a '+' in it is reached by a pattern."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("first_call", REPO / "kernel" / "scripts" / "first_call.py")
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    known = ["prefill-b8x2048-causal", "prefill-b8x2048-causal-paged", "fp8-prefill-b8x2048-causal-paged",
+             "mixed-4x512+60-paged"]  # fmt: skip
+    assert tool.select_workloads("^mixed", known) == (["mixed-4x512+60-paged"], [])
+    assert tool.select_workloads("prefill-b8x2048-causal", known) == (["prefill-b8x2048-causal"], []), "exact"
+    assert tool.select_workloads("causal-paged$,^prefill-b8x2048-causal$", known) == (
+        ["prefill-b8x2048-causal-paged", "fp8-prefill-b8x2048-causal-paged", "prefill-b8x2048-causal"],
+        [],
+    )
+    assert tool.select_workloads("mixed,^x", known) == ([], ["mixed", "^x"]), "a bare part of a name is no name"
