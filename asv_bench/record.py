@@ -2,7 +2,7 @@
 
 Three steps; only the first needs git:
 
-  1. host:    python asv_bench/record.py stage [REV ...] [--range HEAD | A..B] [--wheels]
+  1. host:    python asv_bench/record.py stage [REV ...] [--range HEAD | A..B] [--like MACHINE] [--wheels]
      Writes asv_bench/.stage/ (git-ignored, ~100 KB per commit): each commit's `kernel/` (git archive),
      commits.json (full hash, author date in ms as asv's git backend reads it, subject; branch tips), and with
      --wheels the asv wheels for the GPU image's Python 3.12 (asv is not installed there).
@@ -89,8 +89,28 @@ def slug(text: str) -> str:
 # stage (host)
 
 
+def recorded_on(machine: str) -> list[str]:
+    """Full hashes of the commits with results under asv_bench/results/<machine>/ that this history has."""
+    found = []
+    for path in sorted((RESULTS / machine).glob("*.json")):
+        if path.name == "machine.json":
+            continue
+        sha = json.loads(path.read_text()).get("commit_hash")
+        proc = subprocess.run(["git", "rev-parse", "--verify", "--quiet", f"{sha}^{{commit}}"], cwd=REPO,
+                              capture_output=True, text=True)  # fmt: skip
+        if sha and proc.returncode == 0 and proc.stdout.strip() not in found:
+            found.append(proc.stdout.strip())
+    return found
+
+
 def stage(args: argparse.Namespace) -> int:
     revs = list(args.revs)
+    for machine in args.like or []:
+        listed = recorded_on(machine)
+        if not listed:
+            log(f"no commit of this history has results under {(RESULTS / machine).relative_to(REPO)}")
+            return 1
+        revs += listed
     if args.range:
         listed = git("rev-list", "--reverse", "--first-parent", args.range, "--", *args.paths).split()
         if not listed:
@@ -437,6 +457,8 @@ def main(argv: list[str] | None = None) -> int:
         "commits that touch --paths",
     )
     p.add_argument("--paths", nargs="+", default=DEFAULT_PATHS, help=f"with --range (default {DEFAULT_PATHS})")
+    p.add_argument("--like", action="append", metavar="MACHINE", help="also the commits recorded on MACHINE (e.g. "
+                   "cpu-interpreter: the same series on a GPU)")  # fmt: skip
     p.add_argument("--wheels", action="store_true", help="also download the asv wheels for the GPU's Python 3.12")
     p.add_argument("--clean", action="store_true", help="forget previously staged commits")
 

@@ -67,3 +67,21 @@ def test_warm_up_runs_in_parallel_and_stops_at_its_limit(tmp_path, monkeypatch):
     assert took < 30, f"the warm-up did not stop its processes at the limit ({took:.0f} s)"
     logs = {p.stem[:4]: p.read_text() for p in (tmp_path / "warm-logs").glob("*.log")}
     assert logs == {"1111": "warm done\n", "2222": "started\n", "3333": "started\n"}
+
+
+def test_like_a_machine_stages_the_commits_recorded_there(tmp_path, monkeypatch):
+    """stage --like MACHINE: the commits with results on MACHINE that this history has (a GPU series of the same
+    commits as the interpreter's); a result of a commit the history lacks is left out."""
+    import json
+    import subprocess
+
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True)
+    head = head.stdout.strip()
+    machine = tmp_path / "some-machine"
+    machine.mkdir()
+    (machine / "machine.json").write_text(json.dumps({"machine": "some-machine"}))
+    for name, sha in (("a.json", head), ("b.json", "f" * 40), ("c.json", head)):
+        (machine / name).write_text(json.dumps({"commit_hash": sha}))
+    monkeypatch.setattr(record, "RESULTS", tmp_path)
+    assert record.recorded_on("some-machine") == [head]
+    assert record.recorded_on("no-such-machine") == []
