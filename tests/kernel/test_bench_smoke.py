@@ -162,3 +162,14 @@ def test_cpu_dry_run_writes_table_json_and_png(tmp_path):
         assert "no PNG" in result.stderr
     else:
         assert png_path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_triton_startup_is_one_launch_of_a_trivial_kernel(device):
+    """The bench times Triton's one-time start-up apart from every workload's first call: one launch, its seconds."""
+    from tritonfa.bench.timing import _add_one, triton_startup_s
+
+    seconds = triton_startup_s(torch.device(device))
+    assert isinstance(seconds, float) and 0.0 <= seconds < 120.0
+    x = torch.full((1,), 41.0, device=device)
+    _add_one[(1,)](x)
+    assert x.item() == 42.0, "the start-up kernel ran"
