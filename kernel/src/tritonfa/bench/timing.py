@@ -48,8 +48,9 @@ def _add_one(x_ptr):
 
 def triton_startup_s(device: torch.device) -> float:
     """Seconds of Triton's one-time start-up in this process (its CUDA utilities module, built from C when the cache
-    has none; the driver's state), through one launch of a trivial kernel before the first workload, so that a
-    workload's "first call" is its own compile and launch (kernel/scripts/first_call.py times first calls alike)."""
+    has none; the driver's state), through the first launch of a trivial kernel (its own small compile included)
+    before the first workload, so that a workload's "first call" is its own compiles and launches
+    (kernel/scripts/first_call.py times first calls alike)."""
     start = time.perf_counter()
     x = torch.zeros(1, device=device)
     _add_one[(1,)](x)
