@@ -36,9 +36,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import triton
-import triton.language as tl
-
 # Triton's stage names (the backend's `stages` dict) -> the names printed
 STAGES = {
     "ttir": "TTIR",
@@ -85,34 +82,21 @@ def instrument() -> dict[str, float]:
     return seconds
 
 
-@triton.jit
-def _add_one(x_ptr):
-    tl.store(x_ptr, tl.load(x_ptr) + 1)
-
-
-def warm_triton(device) -> None:
-    """Triton's one-time setup (its CUDA utilities module, built from C on first use) through an unrelated kernel."""
-    import torch
-
-    x = torch.zeros(1, device=device)
-    _add_one[(1,)](x)
-    torch.cuda.synchronize()
-
-
 def measure(name: str, cold: bool) -> dict:
     """In this (fresh) process: the first and second call of workload `name`, the first one's parts timed."""
     import torch
 
     from tritonfa.bench.cases import make_case
     from tritonfa.bench.peers import prepare
+    from tritonfa.bench.timing import triton_startup_s
     from tritonfa.bench.workloads import WORKLOADS
 
     workload = next(w for w in WORKLOADS if w.name == name)
     device = torch.device("cuda")
     torch.zeros(1, device=device)  # the CUDA context first: not part of any kernel's first call
     seconds = instrument()
-    if not cold:
-        warm_triton(device)
+    if not cold:  # Triton's one-time start-up through a trivial kernel, as the bench does: not a config's first call
+        triton_startup_s(device)
         seconds.clear()
     prepared = prepare("tritonfa", make_case(workload, device))
     start = time.perf_counter()

@@ -100,7 +100,7 @@ def finite_points(machine: str, benchmark: str, impl: str) -> dict:
 
 @pytest.fixture(scope="module")
 def results() -> dict:
-    found = committed_results()
+    found = _COMMITTED  # read once, at import (HISTORIES below parametrizes the browser test with it)
     if not found:
         pytest.fail(f"no committed asv results under {RESULTS.relative_to(ROOT)}")
     return found
@@ -119,7 +119,8 @@ def main_machine(results) -> str:
 
 
 # every machine with a history: each one's graphs are drawn and checked point by point in the browser
-HISTORIES = [m for m, per in committed_results().items() if len({c for p in per.values() for c in p}) >= MIN_COMMITS]
+_COMMITTED = committed_results()
+HISTORIES = [m for m in _COMMITTED if recorded_commits(_COMMITTED, m) >= MIN_COMMITS]
 
 
 @pytest.fixture(scope="module")
