@@ -46,15 +46,19 @@ STAGES = {
 }
 
 
-def instrument() -> dict[str, float]:
+def instrument(compiles: list | None = None) -> dict[str, float]:
     """Wrap Triton's compile, its backend stages and its C launcher builds in timers; returns the seconds per part,
-    filled as kernels compile in this process."""
+    filled as kernels compile in this process. With `compiles`, each compile also appends one entry to it: the
+    kernel's name, when it started and ended (perf_counter) and its own stages (kernels that compile side by side
+    overlap: the entries show which one the call waited for)."""
     import collections
+    import threading
 
     import triton.backends.nvidia.driver as nvidia_driver
     import triton.compiler
 
     seconds: dict[str, float] = collections.defaultdict(float)
+    current = threading.local()  # the compile entry of this thread (compile_ahead compiles on several)
 
     def timed(part: str, fn):
         def wrapper(*args, **kwargs):
@@ -62,12 +66,31 @@ def instrument() -> dict[str, float]:
             try:
                 return fn(*args, **kwargs)
             finally:
-                seconds[part] += time.perf_counter() - start
+                spent = time.perf_counter() - start
+                seconds[part] += spent
+                entry = getattr(current, "entry", None)
+                if entry is not None and part != "triton.compile":
+                    entry["stages_s"][part] = entry["stages_s"].get(part, 0.0) + spent
+
+        return wrapper
+
+    def timed_compile(fn):
+        def wrapper(src, *args, **kwargs):
+            if compiles is None:
+                return fn(src, *args, **kwargs)
+            kernel = getattr(getattr(src, "fn", None), "__name__", None) or getattr(src, "name", "?")
+            current.entry = entry = dict(kernel=kernel, start=time.perf_counter(), stages_s={})
+            try:
+                return fn(src, *args, **kwargs)
+            finally:
+                entry["end"] = time.perf_counter()
+                compiles.append(entry)
+                current.entry = None
 
         return wrapper
 
     # JITFunction binds `triton.compiler.compile` when a kernel first runs, so this must precede every first call
-    triton.compiler.compile = timed("triton.compile", triton.compiler.compile)
+    triton.compiler.compile = timed("triton.compile", timed_compile(triton.compiler.compile))
     for builder in ("compile_module_from_src", "compile_module_from_file"):  # triton 3.6, later releases
         if hasattr(nvidia_driver, builder):
             setattr(nvidia_driver, builder, timed("C launcher", getattr(nvidia_driver, builder)))
@@ -94,15 +117,17 @@ def measure(name: str, cold: bool) -> dict:
     workload = next(w for w in WORKLOADS if w.name == name)
     device = torch.device("cuda")
     torch.zeros(1, device=device)  # the CUDA context first: not part of any kernel's first call
-    seconds = instrument()
+    compiles: list[dict] = []
+    seconds = instrument(compiles)
     if not cold:  # Triton's one-time start-up through a trivial kernel, as the bench does: not a config's first call
         triton_startup_s(device)
         seconds.clear()
+        compiles.clear()
     prepared = prepare("tritonfa", make_case(workload, device))
-    start = time.perf_counter()
+    call_start = time.perf_counter()
     prepared.run()
     torch.cuda.synchronize()
-    first = time.perf_counter() - start
+    first = time.perf_counter() - call_start
     start = time.perf_counter()
     prepared.run()
     torch.cuda.synchronize()
@@ -111,7 +136,21 @@ def measure(name: str, cold: bool) -> dict:
     stages = {"front end": max(seconds.get("triton.compile", 0.0) - backend, 0.0)}
     stages.update({stage: seconds.get(stage, 0.0) for stage in STAGES.values()})
     stages.update({part: seconds.get(part, 0.0) for part in ("triton.compile", "C launcher")})
-    return dict(workload=name, cold=cold, first_s=first, second_s=second, stages_s=stages)
+    return dict(workload=name, cold=cold, first_s=first, second_s=second, stages_s=stages,
+                kernels=kernel_timeline(compiles, call_start))  # fmt: skip
+
+
+def kernel_timeline(compiles: list[dict], call_start: float) -> list[dict]:
+    """The first call's compiles in the order they started: each kernel's start and end in seconds from the call's
+    start, and its stages (its front end: its compile's time outside them)."""
+    timeline = []
+    for entry in sorted(compiles, key=lambda e: e["start"]):
+        own = dict(entry["stages_s"])
+        total = entry["end"] - entry["start"]
+        own = {"front end": max(total - sum(own.values()), 0.0), **own}
+        timeline.append(dict(kernel=entry["kernel"], start_s=entry["start"] - call_start,
+                             end_s=entry["end"] - call_start, seconds=total, stages_s=own))  # fmt: skip
+    return timeline
 
 
 H200_SMS = 132
@@ -265,6 +304,10 @@ def main(argv: list[str] | None = None) -> int:
             f"C launcher {stages['C launcher']:.2f}; other {other:.2f}) second {row['second_s'] * 1e3:.1f} ms",
             flush=True,
         )
+        for kernel in row.get("kernels", []):
+            own = " ".join(f"{k} {v:.2f}" for k, v in kernel["stages_s"].items())
+            print(f"{'':<40}   {kernel['kernel']} {kernel['start_s']:.2f} -> {kernel['end_s']:.2f} s ({own})",
+                  flush=True)  # fmt: skip
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "first_call.json").write_text(json.dumps(rows, indent=1) + "\n")

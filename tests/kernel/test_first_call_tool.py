@@ -15,7 +15,8 @@ CODE = """
 import importlib.util, json, sys
 spec = importlib.util.spec_from_file_location("first_call", sys.argv[1])
 tool = importlib.util.module_from_spec(spec); spec.loader.exec_module(tool)
-seconds = tool.instrument()
+compiles = []
+seconds = tool.instrument(compiles)
 import triton, triton.language as tl
 from triton.backends.compiler import GPUTarget
 
@@ -27,7 +28,7 @@ def add_one(x_ptr, n, BLOCK: tl.constexpr):
 src = triton.compiler.ASTSource(fn=add_one, signature={"x_ptr": "*fp32", "n": "i32", "BLOCK": "constexpr"},
                                 constexprs={"BLOCK": 128})
 triton.compiler.compile(src, target=GPUTarget("cuda", 90, 32))
-print(json.dumps(dict(seconds)))
+print(json.dumps(dict(seconds=dict(seconds), kernels=tool.kernel_timeline(compiles, compiles[0]["start"] - 1.0))))
 """
 
 
@@ -41,11 +42,20 @@ def test_the_timers_see_every_stage_of_a_compile(tmp_path):
         capture_output=True, text=True, env=env, timeout=600,
     )  # fmt: skip
     assert run.returncode == 0, run.stderr[-3000:]
-    seconds = json.loads(run.stdout.strip().splitlines()[-1])
+    timed = json.loads(run.stdout.strip().splitlines()[-1])
+    seconds = timed["seconds"]
     stages = ("TTIR", "TTGIR", "LLVM IR", "PTX", "ptxas")
     for stage in (*stages, "triton.compile"):
         assert seconds.get(stage, 0.0) > 0.0, (stage, seconds)
     assert sum(seconds[stage] for stage in stages) <= seconds["triton.compile"], seconds
+    # the per-kernel timeline: this compile's name, its place after the (1 s earlier) call start, its own stages
+    [kernel] = timed["kernels"]
+    assert kernel["kernel"] == "add_one", kernel
+    assert abs(kernel["start_s"] - 1.0) < 1e-6 and kernel["seconds"] > 0.0
+    assert abs(kernel["end_s"] - kernel["start_s"] - kernel["seconds"]) < 1e-6, kernel
+    for stage in stages:
+        assert kernel["stages_s"][stage] == seconds[stage], (stage, kernel, seconds)
+    assert abs(sum(kernel["stages_s"].values()) - kernel["seconds"]) < 1e-6, kernel
 
 
 def test_cross_compile_mode_compiles_a_first_calls_kernels_for_sm_90(tmp_path):
@@ -65,6 +75,27 @@ def test_cross_compile_mode_compiles_a_first_calls_kernels_for_sm_90(tmp_path):
     for stage in ("LLVM IR", "PTX", "ptxas"):
         assert row["stages_s"][stage] > 0.0, row["stages_s"]
     assert "decode-b64x2048-paged" in run.stdout and "sm_90 compile" in run.stdout
+
+
+def test_kernel_timeline_orders_side_by_side_compiles_by_start():
+    """Two kernels compiled side by side: listed in the order they started, offsets from the call's start, each
+    one's front end the part of its compile outside its timed stages."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("first_call", REPO / "kernel" / "scripts" / "first_call.py")
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    compiles = [
+        dict(kernel="late", start=10.5, end=12.0, stages_s={"LLVM IR": 1.0}),
+        dict(kernel="early", start=10.2, end=14.2, stages_s={"LLVM IR": 1.5, "ptxas": 2.0}),
+    ]
+    early, late = tool.kernel_timeline(compiles, call_start=10.0)
+    assert (early["kernel"], late["kernel"]) == ("early", "late")
+    assert (
+        abs(early["start_s"] - 0.2) < 1e-9 and abs(early["end_s"] - 4.2) < 1e-9 and abs(early["seconds"] - 4.0) < 1e-9
+    )
+    assert abs(early["stages_s"]["front end"] - 0.5) < 1e-9 and abs(late["stages_s"]["front end"] - 0.5) < 1e-9
+    assert list(early["stages_s"]) == ["front end", "LLVM IR", "ptxas"]
 
 
 def test_unknown_workload_names_are_refused_up_front(capsys):
