@@ -7,7 +7,7 @@
 #   bash kernel/scripts/device_session.sh poll RESULTS_DIR
 # `start` stages part 0 and starts gpu_session.sh in the background with the card's chain: H200_STEPS on an H200
 # (the issues are decided there), OTHER_STEPS elsewhere (defaults below; override through the environment), with
-# OTHER_SUITE_IGNORE as SUITE_IGNORE there. Each call ends with one poll (gpu_poll.sh: a digest, and the results
+# OTHER_SUITE_IGNORE / OTHER_SUITE_FILES as SUITE_IGNORE / SUITE_FILES there. Each call ends with one poll (gpu_poll.sh: a digest, and the results
 # folder as a tarball in $OUT).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.." || exit 2
@@ -26,10 +26,14 @@ case "$action" in
     if [ -d .devbundle/run ]; then cp -r .devbundle/run "$stage/"; fi
     card="$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1)"
     echo "$card"
-    # OTHER_SUITE_IGNORE: the suite's files left out on another card only (the H200 runs the suite whole)
+    # OTHER_SUITE_IGNORE / OTHER_SUITE_FILES: the suite's files left out / run on another card only (the H200 runs
+    # the suite whole)
     case "$card" in
       *H200*) steps="$H200_STEPS" ;;
-      *) steps="$OTHER_STEPS"; if [ -n "${OTHER_SUITE_IGNORE:-}" ]; then export SUITE_IGNORE="$OTHER_SUITE_IGNORE"; fi ;;
+      *)
+        steps="$OTHER_STEPS"
+        if [ -n "${OTHER_SUITE_IGNORE:-}" ]; then export SUITE_IGNORE="$OTHER_SUITE_IGNORE"; fi
+        if [ -n "${OTHER_SUITE_FILES:-}" ]; then export SUITE_FILES="$OTHER_SUITE_FILES"; fi ;;
     esac
     echo "steps: $steps"
     (LM_EVAL_MODEL="${LM_EVAL_MODEL:-/root/tiny-llama-s0}" LM_EVAL_TIMEOUT="${LM_EVAL_TIMEOUT:-900}" \
