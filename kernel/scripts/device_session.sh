@@ -7,8 +7,8 @@
 #   bash kernel/scripts/device_session.sh poll RESULTS_DIR
 # `start` stages part 0 and starts gpu_session.sh in the background with the card's chain: H200_STEPS on an H200
 # (the issues are decided there), OTHER_STEPS elsewhere (defaults below; override through the environment), with
-# OTHER_SUITE_IGNORE / OTHER_SUITE_FILES as SUITE_IGNORE / SUITE_FILES there. Each call ends with one poll (gpu_poll.sh: a digest, and the results
-# folder as a tarball in $OUT).
+# OTHER_SUITE_IGNORE / OTHER_SUITE_FILES as SUITE_IGNORE / SUITE_FILES there. Each call ends with one poll
+# (gpu_poll.sh: a digest, and the results folder as a tarball in $OUT).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.." || exit 2
 stage=/root/stage
