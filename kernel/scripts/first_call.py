@@ -9,7 +9,9 @@ as a user's very first call after installing). The first call is split by timers
 kernel signature, with the host's C compiler), and everything else (planning, allocation, the launch itself); then a
 second call of the same shape (no compilation: should be milliseconds). Where a call has several new kernels they
 compile side by side (tritonfa.kernels.launch.compile_ahead): the parts then add up to more than the first call's
-wall time, and "other" reads negative; TRITONFA_COMPILE_AHEAD=0 gives the one-after-the-other split. (cProfile
+wall time, and "other" reads negative (each kernel's compile is then listed under the row on the call's timeline:
+its start, its end and its own stages, so the kernel the call waited for shows); TRITONFA_COMPILE_AHEAD=0 gives the
+one-after-the-other split. (cProfile
 attributed no time to `triton.compile` on the H200 host's Python 3.12, session 18: timers do not depend on the
 profiler.)
 
