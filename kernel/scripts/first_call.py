@@ -11,9 +11,8 @@ second call of the same shape (no compilation: should be milliseconds). Where a 
 compile side by side (tritonfa.kernels.launch.compile_ahead): the parts then add up to more than the first call's
 wall time, and "other" reads negative (each kernel's compile is then listed under the row on the call's timeline:
 its start, its end and its own stages, so the kernel the call waited for shows); TRITONFA_COMPILE_AHEAD=0 gives the
-one-after-the-other split. (cProfile
-attributed no time to `triton.compile` on the H200 host's Python 3.12, session 18: timers do not depend on the
-profiler.)
+one-after-the-other split. (cProfile attributed no time to `triton.compile` on the H200 host's Python 3.12,
+session 18: timers do not depend on the profiler.)
 
     python kernel/scripts/first_call.py [--only prefill-b8x2048-causal,^mixed] [--out DIR] [--cold]
     python kernel/scripts/first_call.py --cross-compile [--side-by-side] [--only ...] [--out DIR]
