@@ -47,6 +47,11 @@ STAGES = {
 }
 
 
+def with_front_end(compile_s: float, stages: dict[str, float]) -> dict[str, float]:
+    """The backend stages' seconds with the front end first: the compile's time outside them."""
+    return {"front end": max(compile_s - sum(stages.values()), 0.0), **stages}
+
+
 def instrument(compiles: list | None = None) -> dict[str, float]:
     """Wrap Triton's compile, its backend stages and its C launcher builds in timers; returns the seconds per part,
     filled as kernels compile in this process. With `compiles`, each compile also appends one entry to it: the
@@ -77,8 +82,6 @@ def instrument(compiles: list | None = None) -> dict[str, float]:
 
     def timed_compile(fn):
         def wrapper(src, *args, **kwargs):
-            if compiles is None:
-                return fn(src, *args, **kwargs)
             kernel = getattr(getattr(src, "fn", None), "__name__", None) or getattr(src, "name", "?")
             current.entry = entry = dict(kernel=kernel, start=time.perf_counter(), stages_s={})
             try:
@@ -91,7 +94,8 @@ def instrument(compiles: list | None = None) -> dict[str, float]:
         return wrapper
 
     # JITFunction binds `triton.compiler.compile` when a kernel first runs, so this must precede every first call
-    triton.compiler.compile = timed("triton.compile", timed_compile(triton.compiler.compile))
+    compile_fn = triton.compiler.compile if compiles is None else timed_compile(triton.compiler.compile)
+    triton.compiler.compile = timed("triton.compile", compile_fn)
     for builder in ("compile_module_from_src", "compile_module_from_file"):  # triton 3.6, later releases
         if hasattr(nvidia_driver, builder):
             setattr(nvidia_driver, builder, timed("C launcher", getattr(nvidia_driver, builder)))
@@ -133,9 +137,9 @@ def measure(name: str, cold: bool) -> dict:
     prepared.run()
     torch.cuda.synchronize()
     second = time.perf_counter() - start
-    backend = sum(seconds.get(stage, 0.0) for stage in STAGES.values())
-    stages = {"front end": max(seconds.get("triton.compile", 0.0) - backend, 0.0)}
-    stages.update({stage: seconds.get(stage, 0.0) for stage in STAGES.values()})
+    stages = with_front_end(
+        seconds.get("triton.compile", 0.0), {stage: seconds.get(stage, 0.0) for stage in STAGES.values()}
+    )
     stages.update({part: seconds.get(part, 0.0) for part in ("triton.compile", "C launcher")})
     return dict(workload=name, cold=cold, first_s=first, second_s=second, stages_s=stages,
                 kernels=kernel_timeline(compiles, call_start))  # fmt: skip
@@ -146,11 +150,10 @@ def kernel_timeline(compiles: list[dict], call_start: float) -> list[dict]:
     start, and its stages (its front end: its compile's time outside them)."""
     timeline = []
     for entry in sorted(compiles, key=lambda e: e["start"]):
-        own = dict(entry["stages_s"])
         total = entry["end"] - entry["start"]
-        own = {"front end": max(total - sum(own.values()), 0.0), **own}
         timeline.append(dict(kernel=entry["kernel"], start_s=entry["start"] - call_start,
-                             end_s=entry["end"] - call_start, seconds=total, stages_s=own))  # fmt: skip
+                             end_s=entry["end"] - call_start, seconds=total,
+                             stages_s=with_front_end(total, entry["stages_s"])))  # fmt: skip
     return timeline
 
 
@@ -231,7 +234,7 @@ def cross_compile(name: str, side_by_side: bool = False) -> dict:
         compiled.append(dict(kernel=result.name, seconds=result.seconds, regs=result.regs, spills=result.spills))
     stages = {stage: seconds.get(stage, 0.0) for stage in STAGES.values()}
     total = sum(kernel["seconds"] for kernel in compiled)
-    stages = {"front end": max(total - sum(stages.values()), 0.0), **stages}
+    stages = with_front_end(total, stages)
     return dict(workload=name, cross_compile="sm_90", side_by_side=side_by_side, kernels=compiled, compile_s=total,
                 wall_s=wall, stages_s=stages)  # fmt: skip
 
