@@ -22,7 +22,7 @@ the launches the first call plans on an H200 (132 SMs, the default config; meta 
 are compiled for sm_90 here, each stage timed, with ci/crosscompile.py's compile (triton ships ptxas): the
 compilation part of a first call, on this machine's CPU (the H200 host's stage times were about this 2-core
 machine's, sessions 18/19), without the C launcher build (it needs the CUDA driver) or the launch.
---side-by-side compiles them one thread per kernel function as tritonfa's compile_ahead does on a GPU (wall time
+--side-by-side compiles them one thread per kernel variant as tritonfa's compile_ahead does on a GPU (wall time
 in `wall_s`; the per-kernel seconds then overlap).
 """
 
@@ -197,6 +197,7 @@ def cross_compile(name: str, side_by_side: bool = False) -> dict:
     import tritonfa.kernels as kernels
     from tritonfa.bench.workloads import WORKLOADS
     from tritonfa.kernels import attention, attention_hopper
+    from tritonfa.kernels import launch as launch_module
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "ci"))
     import crosscompile
@@ -204,8 +205,11 @@ def cross_compile(name: str, side_by_side: bool = False) -> dict:
     workload = next(w for w in WORKLOADS if w.name == name)
     attention._multiprocessor_count = lambda device: H200_SMS  # the grid and split choices of the card, not meta's
     seconds = instrument()
-    specs: dict = {}  # kernel function -> its launches' specs (one thread each with side_by_side)
+    specs: dict = {}  # compiled variant (launch.py's key) -> its spec (one thread each with side_by_side)
     for launch in kernels.plan_attention(**_meta_call(workload)):
+        variant = launch_module._compiled_key(0, launch.fn, launch.args, launch.constexprs, launch.options)
+        if variant in specs:
+            continue
         if launch.fn is attention_hopper.attention_fwd_hopper_kernel:  # Gluon: compiled from its arguments
             spec = dict(fn=launch.fn, bound_args=launch.args, constexprs=launch.constexprs, options=launch.options,
                         gluon=True)  # fmt: skip
@@ -213,19 +217,16 @@ def cross_compile(name: str, side_by_side: bool = False) -> dict:
             signature, constexprs, attrs = kernels._signature(launch)
             spec = dict(fn=launch.fn, signature=signature, constexprs=constexprs, attrs=attrs, options=launch.options)
         spec["name"] = launch.fn.__name__
-        specs.setdefault(launch.fn, []).append(spec)
-
-    def compile_group(group: list) -> list:
-        return [crosscompile.compile_one("sm_90", spec) for spec in group]
+        specs[variant] = spec
 
     start = time.perf_counter()
     if side_by_side:
         from concurrent.futures import ThreadPoolExecutor
 
         with ThreadPoolExecutor(max_workers=len(specs)) as pool:
-            results = [r for group in pool.map(compile_group, specs.values()) for r in group]
+            results = list(pool.map(lambda spec: crosscompile.compile_one("sm_90", spec), specs.values()))
     else:
-        results = [r for group in specs.values() for r in compile_group(group)]
+        results = [crosscompile.compile_one("sm_90", spec) for spec in specs.values()]
     wall = time.perf_counter() - start
     compiled = []
     for result in results:

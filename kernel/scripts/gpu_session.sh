@@ -34,6 +34,8 @@
 #   launch-profile:CASES   the same, then cProfile of each case's served calls (where their host time goes)
 #   first-call             where a workload's first call goes, empty Triton cache, fresh process per workload
 #   first-call:ONLY        the same for the workloads named in ONLY ('+' between names; ^/$-anchored patterns too)
+#   warm-up-compile        the vLLM backend's warm-up compiles for a Llama layer, call after call vs all side by side
+#                          (kernel/scripts/warm_up_compile.py, empty Triton cache per mode)
 #   first-call-serial      the same with TRITONFA_COMPILE_AHEAD=0 (a call's new kernels one after the other), in serial/
 #                          (kernel/scripts/first_call.py: compile stages vs the rest; issue 11 asks <= 5 s); early in a
 #                          chain, while the host is idle; first_call.json into RESULTS_DIR
@@ -177,6 +179,8 @@ run_step() {  # one step of the chain; $2: its number (file names, gates)
       only="${step#first-call:}"
       timeout -s KILL 300 python3 kernel/scripts/first_call.py --only "${only//+/,}" --out "$out" 2>&1 |
         tail -n 12 ;;
+    warm-up-compile)  # the vLLM warm-up's compiles for a Llama layer: call after call, then all side by side
+      timeout -s KILL 300 python3 kernel/scripts/warm_up_compile.py --out "$out" 2>&1 | tail -n 4 ;;
     first-call-launcher:*)  # first-call-launcher:ONLY: the C launcher built beside the compile, on / off / on / off
       only="${step#first-call-launcher:}"
       for run in on1 off1 on2 off2; do

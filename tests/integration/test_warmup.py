@@ -152,14 +152,18 @@ def test_warm_up_runs_once_per_configuration(device, monkeypatch):
     """Profiling (empty cache): nothing; the first dummy run with the real cache: the warm-up; later calls and other
     layers of the same configuration: nothing; a layer of another configuration: its own warm-up."""
     monkeypatch.setattr(backend, "_WARMED_UP", set())
-    launched = []
+    launched, compiled = [], []
     monkeypatch.setattr(backend, "varlen_fwd", lambda *args: launched.append(args))
+    monkeypatch.setattr(backend, "compile_varlen_fwd", lambda calls: compiled.append((len(launched), list(calls))))
     name = "bf16-gqa4-d128"
     impl, layer, kv_cache, query, output, output_scale, _ = make_layer_call(device, name)
     impl.forward(layer, query, None, None, torch.tensor([], device=device), None, output)  # profiling run
-    assert launched == []
+    assert launched == [] and compiled == []
     impl.forward(layer, query, None, None, kv_cache, None, output)  # warm-up dummy run
     assert len(launched) == 4
+    # the four calls' kernels compile side by side before the first of them runs
+    assert len(compiled) == 1 and compiled[0][0] == 0
+    assert [tuple(map(id, args)) for args in compiled[0][1]] == [tuple(map(id, args)) for args in launched]
     assert len(impl._warm_up_calls(layer, query, output, *impl._paged_kv(kv_cache), output_scale)) == 4
     impl.forward(layer, query, None, None, kv_cache, None, output)
     other_layer = make_layer_call(device, name)  # same configuration, its own cache tensor
@@ -167,7 +171,7 @@ def test_warm_up_runs_once_per_configuration(device, monkeypatch):
     assert len(launched) == 4
     fp8 = make_layer_call(device, "fp8cache-fp8q-fp8out-sinks")
     fp8[0].forward(fp8[1], fp8[3], None, None, fp8[2], None, fp8[4], output_scale=fp8[5])
-    assert len(launched) == 8
+    assert len(launched) == 8 and len(compiled) == 2
 
 
 def encoder_only_layer_call(device, sliding_window=None, softcap=None, alibi=False, dtype=torch.bfloat16):
@@ -231,3 +235,23 @@ def test_encoder_only_warm_up_runs_once_per_configuration(device, monkeypatch):
     other = encoder_only_layer_call(device)
     other[0].forward(other[1], *other[2:5], torch.tensor([], device=device), None, other[5])
     assert len(launched) == 3
+
+
+def test_warm_up_compile_tool_times_the_backends_calls(device):
+    """kernel/scripts/warm_up_compile.py times the warm-up's calls for a Llama layer: the same query lengths, KV
+    bounds and block-table widths as the backend's `_warm_up_calls` (page 16)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "kernel" / "scripts" / "warm_up_compile.py"
+    spec = importlib.util.spec_from_file_location("warm_up_compile", path)
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    impl, layer, kv_cache, query, output, output_scale, _ = make_layer_call(device, "bf16-gqa4-d128")
+    backend_calls = impl._warm_up_calls(layer, query, output, *impl._paged_kv(kv_cache), output_scale)
+    tool_calls = tool.warm_up_calls(device, backend._multiprocessor_count(query.device))
+
+    def shape(args):
+        return args[6].tolist(), args[15], args[16], tuple(args[7].shape), args[5] is None
+
+    assert [shape(c) for c in tool_calls] == [shape(c) for c in backend_calls]

@@ -4,7 +4,16 @@ again. Fakes stand in for Triton (no GPU here); the GPU suite runs every kernel 
 
 import pytest
 import torch
-from attn_testing import ON_GPU, TOLERANCES, check_against_reference, load_script, make_inputs
+from attn_testing import (
+    ON_GPU,
+    TOLERANCES,
+    assert_close,
+    check_against_reference,
+    describe_call,
+    load_script,
+    make_inputs,
+    run_reference,
+)
 
 from tritonfa.kernels import launch as launch_module
 
@@ -223,6 +232,106 @@ def test_a_new_geometrys_kernels_compile_side_by_side_and_compute_the_same(monke
     plan_cache.clear()
 
 
+def varlen_fwd_args(inputs, out, return_lse=False) -> tuple:
+    """`tritonfa::varlen_fwd`'s positional arguments for a causal call of `inputs` (as the vLLM backend makes them)."""
+    return (
+        inputs.q, inputs.k, inputs.v, out, inputs.cu_seqlens_q, inputs.cu_seqlens_k, inputs.seqused_k,
+        inputs.block_table, None, None, None, None, None, None, None, inputs.max_seqlen_q, inputs.max_seqlen_k,
+        inputs.q.shape[-1] ** -0.5, -1, 0, 0.0, 0, return_lse,
+    )  # fmt: skip
+
+
+def warm_up_like_calls() -> list[tuple]:
+    """(inputs, varlen_fwd arguments) of a warm-up's calls (one per variant bucket, as the vLLM backend's): decodes,
+    one prefill (with lse), a prefill beside short sequences, and a call with no tokens; outputs NaN."""
+    shapes = [([1, 1, 1], [40, 7, 129]), ([77], [200]), ([77, 1, 3], [300, 513, 40]), ([0], [5])]
+    calls = []
+    for i, (seqlens_q, seqlens_k) in enumerate(shapes):
+        inputs = make_inputs(seqlens_q, seqlens_k, num_heads=(8, 2), head_size=128, kv_layout="paged")
+        out = torch.full_like(inputs.q, float("nan"))
+        calls.append((inputs, varlen_fwd_args(inputs, out, return_lse=i == 1)))
+    return calls
+
+
+def plan_of(args: tuple, lse=None) -> list:
+    """plan_attention's launches for varlen_fwd arguments (lse: where the call returns one)."""
+    from tritonfa.kernels.attention import plan_attention
+
+    return plan_attention(*args[:4], lse, *args[4:-1])
+
+
+def test_compile_varlen_fwd_hands_every_calls_launches_to_compile_ahead_at_once(monkeypatch):
+    """interface.compile_varlen_fwd: the launches plan_attention plans for each call (an lse for the call that asks
+    for one, none for the call with no tokens), to compile_ahead in one list; nothing runs (outputs stay NaN)."""
+    from tritonfa import interface
+
+    calls = [args for _, args in warm_up_like_calls()]
+    handed = []
+    monkeypatch.setattr(launch_module, "compile_ahead", lambda launches: handed.append(list(launches)))
+    interface.compile_varlen_fwd(calls)
+    assert len(handed) == 1, "one compile_ahead for all the calls: their variants side by side"
+    expected = []
+    for i, args in enumerate(calls[:3]):
+        q = args[0]
+        expected += plan_of(args, torch.empty((q.shape[1], q.shape[0]), dtype=torch.float32) if i == 1 else None)
+
+    def describe(launch):
+        lse_like = [tuple(a.shape) for a in launch.args if isinstance(a, torch.Tensor) and a.shape == (8, 77)]
+        return launch.fn.__name__, launch.grid, launch.constexprs, launch.options, lse_like
+
+    assert [describe(x) for x in handed[0]] == [describe(x) for x in expected]
+    assert any(describe(x)[4] for x in handed[0]), "the call asking for lse plans with one"
+    monkeypatch.undo()
+    interface.compile_varlen_fwd(calls)  # the real compile_ahead: nothing to compile in the interpreter
+    assert all(torch.isnan(args[3]).all() for args in calls), "nothing ran"
+
+
+@pytest.mark.skipif(
+    not (ON_GPU and not torch.version.hip and torch.cuda.get_device_capability()[0] == 9),
+    reason="a warm-up's Gluon and portable variants compiled side by side: a Hopper GPU",
+)
+def test_a_warm_ups_variants_compile_side_by_side_and_its_calls_then_compile_nothing(monkeypatch, tmp_path):
+    """On the GPU, with an empty Triton cache: compile_varlen_fwd compiles every variant of a warm-up's calls, one
+    thread per variant (two variants of one kernel function included), off the calling thread; the calls then run
+    without compiling anything more and match the reference."""
+    import collections
+    import threading
+
+    from tritonfa import interface
+    from tritonfa.kernels import plan_cache
+
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(launch_module, "_COMPILED", {})
+    plan_cache.clear()
+    compiled_in = []
+    original = launch_module._compile_and_load
+
+    def spy(device, launches):
+        compiled_in.append((threading.get_ident(), launches[0].fn))
+        original(device, launches)
+
+    monkeypatch.setattr(launch_module, "_compile_and_load", spy)
+    calls = warm_up_like_calls()
+    functions = {
+        planned.fn for _, args in calls[:3] for planned in plan_of(args) if hasattr(planned.fn, "create_binder")
+    }
+    for fn in functions:  # nothing compiled in this process before
+        monkeypatch.setattr(fn, "device_caches", collections.defaultdict(fn.create_binder))
+    interface.compile_varlen_fwd([args for _, args in calls])
+    per_function = collections.Counter(fn.__name__ for _, fn in compiled_in)
+    assert len(compiled_in) >= 4 and max(per_function.values()) >= 2, per_function
+    assert threading.get_ident() not in {thread for thread, _ in compiled_in}
+    device = torch.cuda.current_device()
+    compiled = {fn: len(fn.device_caches[device][0]) for fn in functions}
+    assert sum(compiled.values()) == len(compiled_in), "each thread's variant is in its function's cache"
+    atol, rtol = TOLERANCES[torch.bfloat16]
+    for inputs, args in calls[:3]:
+        interface.varlen_fwd_eager(*args)
+        assert_close(args[3], run_reference(inputs, causal=True), atol, rtol, describe_call(inputs, {}))
+    assert {fn: len(fn.device_caches[device][0]) for fn in functions} == compiled, "the calls compiled nothing"
+    plan_cache.clear()
+
+
 def _launch_hostcost_tool():
     return load_script("launch_hostcost")
 
@@ -324,30 +433,67 @@ def fake_compile(monkeypatch):
     monkeypatch.delenv("TRITONFA_COMPILE_AHEAD", raising=False)
 
 
-def test_compile_ahead_compiles_new_kernel_functions_side_by_side(fake_compile):
+def overlap(span_a, span_b) -> bool:
+    return max(span_a[0], span_b[0]) < min(span_a[1], span_b[1])
+
+
+def test_compile_ahead_compiles_new_kernel_variants_side_by_side(fake_compile):
     import threading
 
     prefill, decode = SlowWarmup("prefill"), SlowWarmup("decode")
-    launches = [Planned(prefill, 3), Planned(decode, 5), Planned(decode, 7, block=16)]
+    launches = [Planned(prefill, 3), Planned(decode, 5), Planned(decode, 7, block=16), Planned(decode, 6, block=16)]
     launch_module.compile_ahead(launches)
-    (p_start, p_end), (d_start, d_end) = prefill.spans[0], decode.spans[0]
-    assert max(p_start, d_start) < min(p_end, d_end), "the two functions' compiles overlap in time"
-    assert [w[0] for w in prefill.warmed] == [(3, 1)] and [w[0] for w in decode.warmed] == [(5, 1), (7, 1)]
-    assert decode.warmed[1][2] == {"BLOCK": 16, "num_warps": 4}, "constexprs and options as the launch passes them"
-    assert prefill.loaded == 1 and decode.loaded == 2, "each compiled kernel is loaded (module, C launcher)"
-    assert len(decode.threads) == 1, "one function's launches in one thread"
+    assert overlap(prefill.spans[0], decode.spans[0]), "the two functions' compiles overlap in time"
+    assert overlap(decode.spans[0], decode.spans[1]), "so do one function's two variants"
+    assert [w[0] for w in prefill.warmed] == [(3, 1)]
+    assert sorted(w[0] for w in decode.warmed) == [(5, 1), (6, 1), (7, 1)]
+    assert {(w[0], w[2]["BLOCK"]) for w in decode.warmed} == {((5, 1), 64), ((7, 1), 16), ((6, 1), 16)}
+    assert all(w[2]["num_warps"] == 4 for w in decode.warmed), "constexprs and options as the launch passes them"
+    assert prefill.loaded == 1 and decode.loaded == 3, "each compiled kernel is loaded (module, C launcher)"
+    assert len(decode.threads) == 2, "one thread per variant: the two launches of the BLOCK 16 variant share one"
     assert threading.get_ident() not in prefill.threads | decode.threads
+
+
+def test_compile_ahead_makes_each_functions_lazy_caches_before_its_threads(fake_compile):
+    """Triton's JIT makes a function's per-device cache (a defaultdict entry) and its source hash on first use: made
+    by two compile threads at once, one thread's kernels could land in a cache that is then replaced."""
+    import collections
+    import threading
+
+    made_in = []
+
+    class JITLike(SlowWarmup):
+        def __init__(self, name):
+            super().__init__(name, 0.05)
+            self.device_caches = collections.defaultdict(lambda: made_in.append(("cache", threading.get_ident())))
+
+        @property
+        def cache_key(self):
+            made_in.append(("hash", threading.get_ident()))
+            return "hash"
+
+        def warmup(self, *args, grid, **kwargs):
+            self.device_caches[0]
+            self.cache_key
+            return super().warmup(*args, grid=grid, **kwargs)
+
+    kernel = JITLike("kernel")
+    launch_module.compile_ahead([Planned(kernel, 3), Planned(kernel, 5, block=16)])
+    assert len(kernel.warmed) == 2 and len(kernel.threads) == 2
+    cache_makers = [thread for what, thread in made_in if what == "cache"]
+    assert cache_makers == [threading.get_ident()], "the per-device cache is made once, here, before the threads"
+    assert made_in[1] == ("hash", threading.get_ident()), "the source hash is first computed here too"
 
 
 def test_compile_ahead_leaves_single_or_known_kernels_to_the_launch(fake_compile, monkeypatch):
     prefill, decode = SlowWarmup("prefill", 0.0), SlowWarmup("decode", 0.0)
-    launch_module.compile_ahead([Planned(prefill, 3), Planned(prefill, 4, block=16)])
-    assert not prefill.warmed, "one kernel function: nothing to overlap"
+    launch_module.compile_ahead([Planned(prefill, 3), Planned(prefill, 4)])
+    assert not prefill.warmed, "one kernel variant (launched twice): nothing to overlap"
     known = Planned(prefill, 3)
     key = launch_module._compiled_key(0, known.fn, known.args, known.constexprs, known.options)
     launch_module._COMPILED[key] = ("compiled", [], ())
     launch_module.compile_ahead([known, Planned(decode, 5)])
-    assert not prefill.warmed and not decode.warmed, "only one function is new"
+    assert not prefill.warmed and not decode.warmed, "only one variant is new"
     monkeypatch.setenv("TRITONFA_COMPILE_AHEAD", "0")
     launch_module.compile_ahead([Planned(SlowWarmup("a", 0.0), 1), Planned(decode, 6)])
     assert not decode.warmed, "turned off"

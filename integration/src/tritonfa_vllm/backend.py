@@ -12,7 +12,7 @@ Thin by design, modelled on vLLM 0.24's `vllm/v1/attention/backends/triton_attn.
   tracing, the op).
 - the first call of a layer that sees its real KV cache (vLLM's dummy runs after the cache is allocated, before
   CUDA-graph capture and serving) compiles every kernel variant the layer can launch on tiny synthetic batches
-  (`_warm_up`), once per layer configuration: no Triton compilation happens while serving.
+  (`_warm_up`), once per layer configuration, side by side: no Triton compilation happens while serving.
 - encoder-only layers (bidirectional embedding models: vLLM's `EncoderOnlyAttention`) have no KV cache: `forward`
   attends over the step's own K/V, sequence by sequence, without the causal mask (`_forward_encoder_only`).
 All math lives in tritonfa; the version differences between supported vLLM releases live in `compat`.
@@ -47,7 +47,7 @@ from vllm.v1.kv_cache_interface import EncoderOnlyAttentionSpec
 
 from tritonfa import flash_attn_varlen_func
 from tritonfa.configs import DECODE_MAX_SEQLEN_Q
-from tritonfa.interface import MAX_HEAD_DIM, varlen_fwd, varlen_fwd_into
+from tritonfa.interface import MAX_HEAD_DIM, compile_varlen_fwd, varlen_fwd, varlen_fwd_into
 from tritonfa.kernels.attention import _multiprocessor_count
 from tritonfa_vllm import compat
 
@@ -103,11 +103,14 @@ _WARMED_UP: set[tuple] = set()
 
 
 def _run_once(key: tuple, calls) -> None:
-    """The `varlen_fwd` calls that `calls()` lists, once per layer configuration `key` in this process."""
+    """The `varlen_fwd` calls that `calls()` lists, once per layer configuration `key` in this process; their kernels
+    compile side by side first (a layer's variants at once, not call after call)."""
     if key in _WARMED_UP:
         return
     with torch.no_grad(), _BELOW_AUTOGRAD():
-        for args in calls():
+        warm_up_calls = calls()
+        compile_varlen_fwd(warm_up_calls)
+        for args in warm_up_calls:
             varlen_fwd(*args)
     _WARMED_UP.add(key)
 

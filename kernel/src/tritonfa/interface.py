@@ -19,7 +19,7 @@ import torch
 from tritonfa import validation
 from tritonfa.configs import detect_arch
 from tritonfa.fp8 import FP8_DTYPES, default_fp8_dtype, is_fp8
-from tritonfa.kernels.attention import MAX_SPLITS, attention_forward
+from tritonfa.kernels.attention import MAX_SPLITS, attention_forward, compile_calls
 
 MAX_HEAD_DIM = 256
 _FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, *FP8_DTYPES)
@@ -314,6 +314,20 @@ def varlen_fwd_into(
         k_descale, v_descale, output_scale, max_seqlen_q, max_seqlen_k, softmax_scale, window_left, window_right,
         softcap, num_splits,
     )  # fmt: skip
+
+
+def compile_varlen_fwd(calls: list[tuple]) -> None:
+    """Compile, side by side, the kernels these `varlen_fwd` calls (their positional arguments) would launch and that
+    have not run yet; nothing runs, `out` stays as it is. For a warm-up of several calls: they then find their
+    kernels compiled instead of compiling call after call. A no-op in Triton's interpreter."""
+    forward_calls = []
+    for args in calls:
+        q, return_lse = args[0], args[-1]
+        if q.shape[0] == 0:
+            continue
+        lse = torch.empty((q.shape[1], q.shape[0]), dtype=torch.float32, device=q.device) if return_lse else None
+        forward_calls.append((*args[:4], lse, *args[4:-1]))
+    compile_calls(forward_calls)
 
 
 # The same function as a torch custom op, for torch.compile (and callers that want the dispatcher).

@@ -43,6 +43,7 @@ from tritonfa.configs import (
 )
 from tritonfa.fp8 import FP8_DTYPES, OCP_FP8_DTYPES, descale_strides, fp8_max, is_fp8
 from tritonfa.kernels import attention_hopper, attention_hopper_decode, plan_cache, widen_kv
+from tritonfa.kernels import launch as launch_module
 from tritonfa.kernels.key_major import plan_key_major_storage
 from tritonfa.kernels.launch import launch
 
@@ -954,6 +955,13 @@ def attention_forward(*args, **kwargs) -> None:
             planned()
         return
     plan_cache.run(plan_attention, args)
+
+
+def compile_calls(calls: list[tuple]) -> None:
+    """Compile, side by side, the kernel variants that these `attention_forward` calls (positional arguments) plan
+    and that have not run yet; nothing runs. A warm-up of several calls (the vLLM backend's, one call per variant
+    bucket) calls this first: its variants then compile at once instead of call after call (launch.compile_ahead)."""
+    launch_module.compile_ahead([planned for args in calls for planned in plan_attention(*args)])
 
 
 def plan_attention(

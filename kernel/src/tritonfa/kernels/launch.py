@@ -10,7 +10,8 @@ launcher directly; a key's first call goes through Triton, which compiles or fin
 
 Off in Triton's interpreter, with launch hooks installed (profilers), and with TRITONFA_PREPARED_LAUNCH=0.
 
-`compile_ahead`: the kernels of a call's launches that have not run yet, compiled side by side.
+`compile_ahead`: the kernel variants of a call's launches (or a warm-up's calls') that have not run yet, compiled side
+by side.
 
 `launchers_beside_compiles`: where Triton builds a C launcher per kernel signature after the compile (triton 3.6's
 CUDA driver, the GPU images'; ~1 s of the host's C compiler), that launcher is built in a thread while the kernel
@@ -263,35 +264,53 @@ def _compile_and_load(device: int, launches: list) -> None:
 
 
 def compile_ahead(launches: list) -> None:
-    """Compile the kernels of these launches that have not run yet side by side, one thread per kernel function
-    (its launches one after the other: one function's caches are filled by one thread), before they run.
+    """Compile the kernel variants of these launches that have not run yet side by side, one thread per variant
+    (launches of one compiled key share its thread), before they run.
 
     A call's first run of a new config compiles every kernel of its plan (a Hopper batch of several prefill
     sequences: the Gluon prefill and the decode launch for its short sequences, 4.0 + 2.2 s one after the other);
     Triton's LLVM passes, ptxas and the C compiler of its launchers run outside the GIL, so the call waits for its
-    slowest kernel instead of the sum (4.2 s on a 2-core machine: kernel/PERF_NOTES.md, session 19). Nothing is
-    done where the prepared launch is off (the interpreter, profilers' hooks), during a CUDA graph capture (no
-    module loads there), inside Triton's asynchronous compile mode, with TRITONFA_COMPILE_AHEAD=0, or when at most
-    one kernel function is new (the launch compiles it as before).
+    slowest kernel instead of the sum (4.2 s on a 2-core machine: kernel/PERF_NOTES.md, session 19). A warm-up of
+    several calls (`compile_calls`) hands all its launches here at once: variants of one kernel function compile
+    side by side too, as in Triton's own asynchronous compile mode (each function's per-device cache and source hash
+    are made here first, so the threads only add entries under distinct keys). Nothing is done where the prepared
+    launch is off (the interpreter, profilers' hooks), during a CUDA graph capture (no module loads there), inside
+    Triton's asynchronous compile mode, with TRITONFA_COMPILE_AHEAD=0, or when at most one variant is new (the launch
+    compiles it as before).
     """
     if len(launches) < 2 or is_off(read_environ("TRITONFA_COMPILE_AHEAD")) or not _enabled():
         return
     device = _current_device_and_stream()[0]
-    new: dict[Any, list] = {}  # kernel function -> its launches not compiled yet, in order
+    new: dict[tuple, list] = {}  # compiled key -> its launches not compiled yet, in order
     for planned in launches:
         try:
             key = _compiled_key(device, planned.fn, planned.args, planned.constexprs, planned.options)
         except TypeError:
             continue
         if key not in _COMPILED:
-            new.setdefault(planned.fn, []).append(planned)
+            new.setdefault(key, []).append(planned)
     in_async_mode = _async_compile is not None and _async_compile.active_mode.get() is not None
     if len(new) < 2 or in_async_mode or torch.cuda.is_current_stream_capturing():
         return
-    with ThreadPoolExecutor(max_workers=len(new)) as pool:
+    for fn in {group[0].fn for group in new.values()}:
+        _prepare_function(fn, device)
+    with ThreadPoolExecutor(max_workers=min(len(new), _COMPILE_THREADS)) as pool:
         futures = [pool.submit(_compile_and_load, device, group) for group in new.values()]
         for future in futures:
             future.result()  # a compile error surfaces here, as it would at the launch
+
+
+# Compiles side by side at most: their backend stages run outside the GIL, one core each
+_COMPILE_THREADS = max(2, os.cpu_count() or 2)
+
+
+def _prepare_function(fn, device: int) -> None:
+    """What Triton's JIT creates lazily per kernel function, made once in this thread: its cache of compiled variants
+    for `device` (a per-device entry made in two threads at once could lose one's kernels) and its source hash."""
+    caches = getattr(fn, "device_caches", None)  # triton's JITFunction (Gluon's too); absent on other callables
+    if caches is not None:
+        caches[device]
+        getattr(fn, "cache_key", None)
 
 
 def launch(fn, grid: tuple[int, ...], args: tuple, constexprs: dict[str, Any], options: dict[str, Any]) -> None:
