@@ -262,6 +262,20 @@ def select_workloads(only: str, known: list[str]) -> tuple[list[str], list[str]]
     return names, unknown
 
 
+def run_worker(script: str, worker_args: list[str]) -> dict | None:
+    """`script --worker WORKER_ARGS` in a fresh process with an empty Triton cache (outside the interpreter): the JSON
+    of its last output line, or None where it failed (its error printed)."""
+    with tempfile.TemporaryDirectory() as cache:
+        env = {**os.environ, "TRITON_CACHE_DIR": cache}
+        env.pop("TRITON_INTERPRET", None)  # under the interpreter @triton.jit compiles nothing
+        command = [sys.executable, script, "--worker", *worker_args]
+        done = subprocess.run(command, env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        print(f"{worker_args[0]}: failed\n{done.stderr[-2000:]}")
+        return None
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", default="prefill-b8x2048-causal,fp8kv-prefill-b8x2048-causal,decode-b64x2048-paged")
@@ -283,17 +297,11 @@ def main(argv: list[str] | None = None) -> int:
                      "patterns, comma-separated)")  # fmt: skip
     rows = []
     for name in names:
-        with tempfile.TemporaryDirectory() as cache:
-            env = {**os.environ, "TRITON_CACHE_DIR": cache}
-            env.pop("TRITON_INTERPRET", None)  # under the interpreter @triton.jit compiles nothing
-            flags = ["--cold"] if args.cold else ["--cross-compile"] if args.cross_compile else []
-            flags += ["--side-by-side"] if args.side_by_side else []
-            command = [sys.executable, __file__, "--worker", name, *flags]
-            done = subprocess.run(command, env=env, capture_output=True, text=True)
-        if done.returncode != 0:
-            print(f"{name}: failed\n{done.stderr[-2000:]}")
+        flags = ["--cold"] if args.cold else ["--cross-compile"] if args.cross_compile else []
+        flags += ["--side-by-side"] if args.side_by_side else []
+        row = run_worker(__file__, [name, *flags])
+        if row is None:
             continue
-        row = json.loads(done.stdout.strip().splitlines()[-1])
         rows.append(row)
         stages = row["stages_s"]
         if args.cross_compile:

@@ -19,13 +19,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
-import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from first_call import run_worker  # noqa: E402 - a script beside this one
 
 NUM_Q_HEADS, NUM_KV_HEADS, HEAD_DIM, PAGE = 32, 8, 128, 16
 H200_SMS = 132
@@ -147,15 +147,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--mode takes calls and/or together, got {args.mode!r}")
     rows = []
     for mode in modes:
-        with tempfile.TemporaryDirectory() as cache:
-            env = {**os.environ, "TRITON_CACHE_DIR": cache}
-            env.pop("TRITON_INTERPRET", None)  # under the interpreter nothing compiles
-            command = [sys.executable, __file__, "--worker", mode] + (["--cross-compile"] if args.cross_compile else [])
-            done = subprocess.run(command, env=env, capture_output=True, text=True)
-        if done.returncode != 0:
-            print(f"{mode}: failed\n{done.stderr[-2000:]}")
+        row = run_worker(__file__, [mode] + (["--cross-compile"] if args.cross_compile else []))
+        if row is None:
             continue
-        row = json.loads(done.stdout.strip().splitlines()[-1])
         rows.append(row)
         where = "sm_90 cross-compile" if args.cross_compile else row["device"]
         detail = row["variants"] if args.cross_compile else f"compile_varlen_fwd {row['compile_varlen_fwd_s']}"
