@@ -191,22 +191,15 @@ def _meta_call(workload) -> dict:
     )  # fmt: skip
 
 
-def cross_compile(name: str, side_by_side: bool = False) -> dict:
-    """In this (fresh) process, no GPU: the launches of workload `name`'s first call on an H200, compiled for sm_90
-    with the stages timed; one entry per kernel (name, seconds, registers, spills) and the stage sums."""
+def sm90_specs(launches) -> dict:
+    """ci/crosscompile.py's spec of each distinct kernel variant among these launches, in plan order (launch.py's
+    compiled key -> spec): what a GPU would compile for them."""
     import tritonfa.kernels as kernels
-    from tritonfa.bench.workloads import WORKLOADS
-    from tritonfa.kernels import attention, attention_hopper
+    from tritonfa.kernels import attention_hopper
     from tritonfa.kernels import launch as launch_module
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "ci"))
-    import crosscompile
-
-    workload = next(w for w in WORKLOADS if w.name == name)
-    attention._multiprocessor_count = lambda device: H200_SMS  # the grid and split choices of the card, not meta's
-    seconds = instrument()
-    specs: dict = {}  # compiled variant (launch.py's key) -> its spec (one thread each with side_by_side)
-    for launch in kernels.plan_attention(**_meta_call(workload)):
+    specs: dict = {}
+    for launch in launches:
         variant = launch_module._compiled_key(0, launch.fn, launch.args, launch.constexprs, launch.options)
         if variant in specs:
             continue
@@ -216,8 +209,24 @@ def cross_compile(name: str, side_by_side: bool = False) -> dict:
         else:
             signature, constexprs, attrs = kernels._signature(launch)
             spec = dict(fn=launch.fn, signature=signature, constexprs=constexprs, attrs=attrs, options=launch.options)
-        spec["name"] = launch.fn.__name__
-        specs[variant] = spec
+        specs[variant] = dict(spec, name=launch.fn.__name__)
+    return specs
+
+
+def cross_compile(name: str, side_by_side: bool = False) -> dict:
+    """In this (fresh) process, no GPU: the launches of workload `name`'s first call on an H200, compiled for sm_90
+    with the stages timed; one entry per kernel (name, seconds, registers, spills) and the stage sums."""
+    import tritonfa.kernels as kernels
+    from tritonfa.bench.workloads import WORKLOADS
+    from tritonfa.kernels import attention
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "ci"))
+    import crosscompile
+
+    workload = next(w for w in WORKLOADS if w.name == name)
+    attention._multiprocessor_count = lambda device: H200_SMS  # the grid and split choices of the card, not meta's
+    seconds = instrument()
+    specs = sm90_specs(kernels.plan_attention(**_meta_call(workload)))  # one thread each with side_by_side
 
     start = time.perf_counter()
     if side_by_side:

@@ -25,7 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from first_call import run_worker  # noqa: E402 - a script beside this one
+from first_call import run_worker, sm90_specs  # noqa: E402 - a script beside this one
 
 NUM_Q_HEADS, NUM_KV_HEADS, HEAD_DIM, PAGE = 32, 8, 128, 16
 H200_SMS = 132
@@ -93,28 +93,15 @@ def cross_compile(mode: str) -> dict:
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "ci"))
     import crosscompile
     import tritonfa.kernels as kernels
-    from tritonfa.kernels import attention, attention_hopper
-    from tritonfa.kernels import launch as launch_module
+    from tritonfa.kernels import attention
 
     attention._multiprocessor_count = lambda device: H200_SMS
-    per_call: list[dict] = []  # per call: its new variants (launch.py's key -> spec)
+    per_call: list[dict] = []  # per call: its variants no earlier call had (launch.py's key -> spec)
     seen: set = set()
     for args in warm_up_calls("meta", H200_SMS):
-        new = {}
-        for launch in kernels.plan_attention(*args[:4], None, *args[4:-1], arch="hopper"):
-            key = launch_module._compiled_key(0, launch.fn, launch.args, launch.constexprs, launch.options)
-            if key in seen:
-                continue
-            seen.add(key)
-            if launch.fn is attention_hopper.attention_fwd_hopper_kernel:  # Gluon: compiled from its arguments
-                spec = dict(fn=launch.fn, bound_args=launch.args, constexprs=launch.constexprs, options=launch.options,
-                            gluon=True)  # fmt: skip
-            else:
-                signature, constexprs, attrs = kernels._signature(launch)
-                spec = dict(fn=launch.fn, signature=signature, constexprs=constexprs, attrs=attrs,
-                            options=launch.options)  # fmt: skip
-            new[key] = dict(spec, name=launch.fn.__name__)
-        per_call.append(new)
+        specs = sm90_specs(kernels.plan_attention(*args[:4], None, *args[4:-1], arch="hopper"))
+        per_call.append({key: spec for key, spec in specs.items() if key not in seen})
+        seen |= specs.keys()
     groups = (
         [list(new.values()) for new in per_call] if mode == "calls" else [[s for n in per_call for s in n.values()]]
     )
